@@ -1,0 +1,594 @@
+"""Apache Beam as a differential-test oracle for headwater's windowing core.
+
+``run_beam(configs, events)`` replays ONE transcript timeline (``input`` /
+``watermark`` / ``clock`` events, see ``TRANSCRIPTS.md``) through ONE Beam
+pipeline that has one ``WindowInto -> GroupByKey -> record`` branch per
+windowing configuration, and returns, per configuration, the panes Beam
+produced, normalized to plain dicts::
+
+    {"key": k, "window": (start_ms, end_ms) | "global", "values": [...sorted],
+     "timestamp": ms, "index": i, "nonspeculative_index": j,
+     "timing": "EARLY" | "ON_TIME" | "LATE" | "UNKNOWN",
+     "first": bool, "final": bool, "step": event index | len(events) | None}
+
+The pipeline mirrors how Beam runs its own transcripts
+(``apache_beam/transforms/trigger_test.py``, ``BaseTestStreamTranscriptTest``):
+a single ``TestStream`` on the streaming ``BundleBasedDirectRunner``, one
+``add_elements`` call per ``input`` bundle (timestamped elements keyed by
+``k``), ``advance_watermark_to`` per ``watermark``, ``advance_processing_time``
+per ``clock`` (the transcript gives absolute processing times; the direct
+runner's ``TestClock`` starts at 0, so the delta since the previous ``clock``
+is used), and ``advance_watermark_to_infinity`` at the end.
+
+``step``: the direct runner executes a ``TestStream`` event only once the
+pipeline is quiescent (no bundle in flight, no timer due), so every pane can be
+attributed to the timeline event whose processing produced it. After every
+timeline event a marker element is emitted on a separate ``TestStream`` output
+and recorded in the same (ordered) sink as the panes; a pane's ``step`` is the
+number of markers recorded before it, i.e. the index of the event after which
+it was observed. Panes produced by the final ``advance_watermark_to_infinity``
+get ``step == len(events)``.
+
+Beam-only; headwater itself never imports this module (apache-beam is a test
+extra). Known Beam Python behaviours that differ from headwater's documented
+semantics are listed in ``KNOWN_DIVERGENCES`` below.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import threading
+import uuid
+from typing import Any
+
+try:  # apache-beam is a test extra; the module imports without it.
+    # Importing Beam logs an "apitools not found" warning on the root logger.
+    _previous_disable = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        import apache_beam as _beam
+    finally:
+        logging.disable(_previous_disable)
+except ImportError:  # pragma: no cover
+    _beam = None
+
+__all__ = [
+    "KNOWN_DIVERGENCES",
+    "BeamOracleError",
+    "UnsupportedConfig",
+    "beam_supported",
+    "beam_unsupported_reason",
+    "parse_trigger",
+    "parse_window_fn",
+    "run_beam",
+]
+
+# Beam Python (2.77, GeneralTriggerDriver + streaming BundleBasedDirectRunner)
+# behaviours that differ from TRANSCRIPTS.md; the differential test documents /
+# filters these. Each was observed with this oracle (see the report / tests).
+KNOWN_DIVERGENCES: dict[str, str] = {}  # filled in below, after the code
+
+
+class BeamOracleError(RuntimeError):
+    """The Beam pipeline failed or did not finish."""
+
+
+class UnsupportedConfig(ValueError):
+    """The configuration cannot be expressed in Beam Python."""
+
+
+# --------------------------------------------------------------------------
+# Safe parsing of the transcript expression grammar
+# --------------------------------------------------------------------------
+
+
+def _safe_eval(expr: str, names: dict[str, Any]) -> Any:
+    """Evaluate ``Name``, ``Name(args, kw=args)``, numbers and lists only.
+
+    Bare names that are classes/factories are called without arguments
+    (the transcript grammar lets an empty ``()`` be omitted).
+    """
+    try:
+        tree = ast.parse(str(expr).strip(), mode="eval")
+    except SyntaxError as e:
+        raise UnsupportedConfig(f"cannot parse {expr!r}: {e}") from None
+
+    def ev(node: ast.AST, call_bare: bool = True) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            if isinstance(node.value, bool):
+                raise UnsupportedConfig(f"unexpected boolean in {expr!r}")
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            if not isinstance(v, (int, float)):
+                raise UnsupportedConfig(f"bad operand in {expr!r}")
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.List):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise UnsupportedConfig(f"unknown name {node.id!r} in {expr!r}")
+            fn = names[node.id]
+            return fn() if call_bare and callable(fn) else fn
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name):
+                raise UnsupportedConfig(f"unsupported call in {expr!r}")
+            fn = ev(node.func, call_bare=False)
+            args = [ev(a) for a in node.args]
+            kwargs = {}
+            for kw in node.keywords:
+                if kw.arg is None:
+                    raise UnsupportedConfig(f"**kwargs not allowed in {expr!r}")
+                kwargs[kw.arg] = ev(kw.value)
+            try:
+                return fn(*args, **kwargs)
+            except UnsupportedConfig:
+                raise
+            except (TypeError, ValueError) as e:
+                raise UnsupportedConfig(f"bad arguments in {expr!r}: {e}") from None
+        raise UnsupportedConfig(f"unsupported syntax {ast.dump(node)} in {expr!r}")
+
+    return ev(tree.body)
+
+
+def _window_names() -> dict[str, Any]:
+    from apache_beam.transforms import window as w
+
+    return {
+        "GlobalWindows": w.GlobalWindows,
+        "FixedWindows": w.FixedWindows,
+        "SlidingWindows": w.SlidingWindows,
+        "Sessions": w.Sessions,
+    }
+
+
+def _trigger_names() -> dict[str, Any]:
+    from apache_beam.transforms import trigger as t
+
+    def after_processing_time(delay=None, period=None, offset=None):
+        if period is not None or offset is not None:
+            raise UnsupportedConfig(
+                "AfterProcessingTime(period=, offset=) (aligned processing time) "
+                "does not exist in Beam Python"
+            )
+        return t.AfterProcessingTime(0 if delay is None else delay)
+
+    def after_watermark(early=None, late=None):
+        return t.AfterWatermark(early=early, late=late)
+
+    def or_finally(main, until):
+        return t.OrFinally(main, until)
+
+    return {
+        "Default": t.DefaultTrigger,
+        "DefaultTrigger": t.DefaultTrigger,
+        "AfterWatermark": after_watermark,
+        "AfterCount": t.AfterCount,
+        "AfterProcessingTime": after_processing_time,
+        "Repeatedly": t.Repeatedly,
+        "AfterEach": t.AfterEach,
+        "AfterAny": t.AfterAny,
+        "AfterAll": t.AfterAll,
+        "OrFinally": or_finally,
+        "Never": t._Never,
+        "Always": t.Always,
+    }
+
+
+def parse_window_fn(expr: str | None):
+    """Transcript ``window_fn`` string -> Beam WindowFn."""
+    return _safe_eval(expr or "GlobalWindows", _window_names())
+
+
+def parse_trigger(expr: str | None):
+    """Transcript ``trigger_fn`` string -> Beam TriggerFn."""
+    from apache_beam.transforms.trigger import TriggerFn
+
+    trig = _safe_eval(expr or "Default", _trigger_names())
+    if not isinstance(trig, TriggerFn):
+        raise UnsupportedConfig(f"{expr!r} is not a trigger")
+    return trig
+
+
+_ACCUMULATION = {"discarding": "DISCARDING", "accumulating": "ACCUMULATING"}
+_COMBINERS = ("OUTPUT_AT_EOW", "OUTPUT_AT_EARLIEST", "OUTPUT_AT_LATEST")
+
+
+def _windowing_args(config: dict) -> dict[str, Any]:
+    """The WindowInto arguments for one config (raises UnsupportedConfig)."""
+    from apache_beam.transforms.trigger import AccumulationMode
+    from apache_beam.transforms.window import TimestampCombiner
+
+    if config.get("combine_fn") not in (None, "list"):
+        raise UnsupportedConfig("combine_fn: the oracle's panes carry lists of values")
+    mode = str(config.get("accumulation_mode") or "accumulating").lower()
+    if mode not in _ACCUMULATION:
+        raise UnsupportedConfig(f"accumulation_mode {mode!r} does not exist in Beam")
+    tc = str(config.get("timestamp_combiner") or "OUTPUT_AT_EOW").upper()
+    if tc not in _COMBINERS:
+        raise UnsupportedConfig(f"timestamp_combiner {tc!r} is not supported by the oracle")
+    lateness = config.get("allowed_lateness") or 0
+    if not isinstance(lateness, (int, float)) or lateness < 0 or math.isinf(lateness):
+        raise UnsupportedConfig(f"allowed_lateness {lateness!r}")
+    return {
+        "windowfn": parse_window_fn(config.get("window_fn")),
+        "trigger": parse_trigger(config.get("trigger_fn")),
+        "accumulation_mode": getattr(AccumulationMode, _ACCUMULATION[mode]),
+        "timestamp_combiner": getattr(TimestampCombiner, tc),
+        "allowed_lateness": lateness,
+    }
+
+
+def beam_unsupported_reason(config: dict) -> str | None:
+    """None if ``config`` is expressible in Beam Python, else why not."""
+    try:
+        import apache_beam  # noqa: F401
+    except ImportError:
+        return "apache_beam is not installed"
+    try:
+        _windowing_args(config)
+    except UnsupportedConfig as e:
+        return str(e)
+    return None
+
+
+def beam_supported(config: dict) -> bool:
+    """Whether ``config`` is expressible in Beam Python (see beam_unsupported_reason)."""
+    return beam_unsupported_reason(config) is None
+
+
+# --------------------------------------------------------------------------
+# Recording sink (the direct runner executes DoFns in this process)
+# --------------------------------------------------------------------------
+
+
+
+class _Run:
+    """What one run_beam call collects: panes and markers, in arrival order."""
+
+    def __init__(self, final_marker: int):
+        self.records: list[tuple] = []
+        self.final_marker = final_marker
+        self.finished = threading.Event()  # final marker seen, or pipeline ended
+
+
+_SINK: dict[str, _Run] = {}
+_SINK_LOCK = threading.Lock()
+# The direct runner keeps the TestStream's event iterator in a class attribute
+# (_TestStreamEvaluator.event_stream): two pipelines must never run at once.
+_RUN_LOCK = threading.Lock()
+
+_TIMING_NAMES = {0: "EARLY", 1: "ON_TIME", 2: "LATE", 3: "UNKNOWN"}
+
+
+def _ms(ts) -> int:
+    """A Beam Timestamp -> integer milliseconds (floored)."""
+    return ts.micros // 1000
+
+
+def _sorted_values(values) -> list:
+    vals = list(values)
+    try:
+        return sorted(vals)
+    except TypeError:
+        return sorted(vals, key=repr)
+
+
+if _beam is not None:
+    from apache_beam.transforms.window import GlobalWindow as _GlobalWindow
+
+    class _RecordPane(_beam.DoFn):
+        """Records each pane (normalized) in the module-level sink."""
+
+        def __init__(self, run_id: str, config_index: int):
+            self.run_id = run_id
+            self.config_index = config_index
+
+        def process(
+            self,
+            element,
+            window=_beam.DoFn.WindowParam,
+            timestamp=_beam.DoFn.TimestampParam,
+            pane=_beam.DoFn.PaneInfoParam,
+        ):
+            key, values = element
+            if isinstance(window, _GlobalWindow):
+                win = "global"
+            else:
+                win = (_ms(window.start), _ms(window.end))
+            timing = getattr(pane.timing, "value", pane.timing)
+            row = {
+                "key": key,
+                "window": win,
+                "values": _sorted_values(values),
+                "timestamp": _ms(timestamp),
+                "index": pane.index,
+                "nonspeculative_index": pane.nonspeculative_index,
+                "timing": _TIMING_NAMES.get(timing, str(timing)),
+                "first": bool(pane.is_first),
+                "final": bool(pane.is_last),
+            }
+            with _SINK_LOCK:
+                run = _SINK.get(self.run_id)
+                if run is not None:
+                    run.records.append(("pane", self.config_index, row))
+
+    class _RecordMarker(_beam.DoFn):
+        """Records the step markers in the same sink as the panes."""
+
+        def __init__(self, run_id: str):
+            self.run_id = run_id
+
+        def process(self, element):
+            with _SINK_LOCK:
+                run = _SINK.get(self.run_id)
+                if run is not None:
+                    run.records.append(("marker", element, None))
+                    if element == run.final_marker:
+                        run.finished.set()
+
+
+# --------------------------------------------------------------------------
+# Timeline -> TestStream
+# --------------------------------------------------------------------------
+
+_MARKER_TAG = "headwater_step_marker"
+
+
+def _parse_time(t) -> float:
+    if isinstance(t, str):
+        s = t.strip().lower()
+        if s in (".inf", "inf", "+inf", "infinity"):
+            return math.inf
+        return float(s)
+    return float(t)
+
+
+def _normalize_item(item, default_key):
+    if isinstance(item, dict):
+        t = item["t"]
+        return item.get("k", default_key), item.get("v", t), t
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return default_key, item, item
+    raise ValueError(f"bad input item {item!r}")
+
+
+def _build_test_stream(events: list[dict], default_key, with_markers: bool):
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    ts = TestStream()
+    watermark = -math.inf
+    clock = 0.0
+    reached_inf = False
+    for i, event in enumerate(events):
+        if len(event) != 1:
+            raise ValueError(f"event {i} must have exactly one key: {event!r}")
+        (kind, param), = event.items()
+        if kind == "input":
+            items = [_normalize_item(it, default_key) for it in (param or [])]
+            if items and not reached_inf:
+                ts.add_elements([TimestampedValue((k, v), t) for k, v, t in items])
+        elif kind == "watermark":
+            wm = _parse_time(param)
+            if wm > watermark and not reached_inf:
+                if math.isinf(wm):
+                    ts.advance_watermark_to_infinity()
+                    reached_inf = True
+                else:
+                    ts.advance_watermark_to(wm)
+                watermark = wm
+        elif kind == "clock":
+            c = _parse_time(param)
+            if c > clock:
+                ts.advance_processing_time(c - clock)
+                clock = c
+        elif kind in ("expect", "state"):
+            raise ValueError(f"event {i}: {kind!r} events must be stripped before run_beam")
+        else:
+            raise ValueError(f"event {i}: unknown event {kind!r}")
+        if with_markers:
+            ts.add_elements([i], tag=_MARKER_TAG)
+    if not reached_inf:
+        ts.advance_watermark_to_infinity()
+    # The final marker: everything the end of input caused has been recorded
+    # once it arrives (the runner drains the pipeline between events).
+    ts.add_elements([len(events)], tag=_MARKER_TAG)
+    return ts
+
+
+# --------------------------------------------------------------------------
+# run_beam
+# --------------------------------------------------------------------------
+
+
+def _quiet_beam_logging() -> None:
+    for name in ("apache_beam", "apache_beam.runners", "apache_beam.transforms.trigger"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def run_beam(
+    configs: list[dict],
+    events: list[dict],
+    *,
+    default_key=None,
+    with_steps: bool = True,
+    timeout: float = 300.0,
+    diagnostics: dict | None = None,
+) -> list[list[dict]]:
+    """Run one timeline through Beam for every config; return each config's panes.
+
+    ``configs``: dicts with the transcript keys (window_fn, trigger_fn,
+    accumulation_mode, timestamp_combiner, allowed_lateness; defaults as in
+    TRANSCRIPTS.md). Every config must be ``beam_supported`` (else
+    UnsupportedConfig is raised before anything runs).
+
+    ``events``: ``input`` / ``watermark`` / ``clock`` events (no ``expect``).
+    Input items are ``{t, v, k}`` maps (``v`` defaults to ``t``, ``k`` to
+    ``default_key``) or bare timestamps (Beam's form). Times are seconds.
+
+    Returns ``result[i]`` = the panes of ``configs[i]`` in the order Beam
+    emitted them (see the module docstring for the pane dict).
+    ``with_steps=False`` emits no per-event markers (``step`` is None), which
+    saves about one runner cycle per event.
+
+    ``diagnostics``, if given, is filled with ``seconds`` (wall time),
+    ``stalled`` (Beam reported a pipeline stall after the end of input: a
+    watermark hold it never released, see KNOWN_DIVERGENCES) and
+    ``cancelled`` (the pipeline was still spinning after the end of input, on
+    processing-time timers that can no longer fire, and was cancelled). Both
+    happen only after every event has been processed, so the panes are
+    complete either way.
+    """
+    import time
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import (
+        DirectOptions,
+        PipelineOptions,
+        StandardOptions,
+        TypeOptions,
+    )
+    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+
+    started = time.perf_counter()
+    _quiet_beam_logging()
+    windowings = []
+    for i, cfg in enumerate(configs):
+        try:
+            windowings.append(_windowing_args(cfg))
+        except UnsupportedConfig as e:
+            raise UnsupportedConfig(f"config {i}: {e}") from None
+    if not configs:
+        return []
+
+    run_id = uuid.uuid4().hex
+    test_stream = _build_test_stream(events, default_key, with_steps)
+
+    options = PipelineOptions([])
+    options.view_as(StandardOptions).streaming = True
+    options.view_as(TypeOptions).allow_unsafe_triggers = True
+    options.view_as(DirectOptions).direct_num_workers = 1
+
+    run = _Run(final_marker=len(events))
+    info = {"stalled": False, "cancelled": False}
+    with _RUN_LOCK:
+        with _SINK_LOCK:
+            _SINK[run_id] = run
+        try:
+            p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+            outputs = p | "TestStream" >> test_stream
+            _ = outputs[_MARKER_TAG] | "Markers" >> beam.ParDo(_RecordMarker(run_id))
+            data = outputs[None]
+            for i, w in enumerate(windowings):
+                _ = (
+                    data
+                    | f"Window{i}"
+                    >> beam.WindowInto(
+                        w["windowfn"],
+                        trigger=w["trigger"],
+                        accumulation_mode=w["accumulation_mode"],
+                        timestamp_combiner=w["timestamp_combiner"],
+                        allowed_lateness=w["allowed_lateness"],
+                    )
+                    | f"GBK{i}" >> beam.GroupByKey()
+                    | f"Record{i}" >> beam.ParDo(_RecordPane(run_id, i))
+                )
+            _execute(p, run, timeout, info)
+        finally:
+            with _SINK_LOCK:
+                _SINK.pop(run_id, None)
+
+    results: list[list[dict]] = [[] for _ in configs]
+    step = 0
+    for kind, a, row in run.records:
+        if kind == "marker":
+            step = a + 1
+        else:
+            row["step"] = min(step, len(events)) if with_steps else None
+            results[a].append(row)
+    if diagnostics is not None:
+        diagnostics.update(info)
+        diagnostics["seconds"] = time.perf_counter() - started
+    return results
+
+
+def _is_stall(error: BaseException) -> bool:
+    # Beam 2.77's monitor offers a tuple as the "pipeline stall" exception, so
+    # wait_until_finish raises "TypeError: exceptions must derive from
+    # BaseException" instead of the intended message.
+    text = str(error)
+    return "pipeline stall" in text or "exceptions must derive from BaseException" in text
+
+
+def _execute(pipeline, run: _Run, timeout: float, info: dict) -> None:
+    """Run ``pipeline`` until the final marker is recorded (or it fails).
+
+    ``Pipeline.run()`` by default round-trips non-portable pipelines through
+    the runner API, which truncates AfterProcessingTime delays to whole
+    seconds (``delay_millis // 1000``) and costs time; the pipeline objects
+    are run as built (``test_runner_api=False``).
+    """
+    result = pipeline.run(test_runner_api=False)
+    box: dict[str, BaseException] = {}
+
+    def wait():
+        try:
+            result.wait_until_finish()
+        except BaseException as e:  # noqa: BLE001 - inspected by the caller
+            box["error"] = e
+        finally:
+            run.finished.set()
+
+    waiter = threading.Thread(target=wait, name="beam-oracle-wait", daemon=True)
+    waiter.start()
+    run.finished.wait(timeout)
+    with _SINK_LOCK:
+        complete = any(r[0] == "marker" and r[1] == run.final_marker for r in run.records)
+    if complete:
+        # Normally the pipeline ends right after the final marker.
+        waiter.join(0.1)
+    if waiter.is_alive():
+        _cancel(result)
+        waiter.join(5.0)
+        if not complete:
+            raise BeamOracleError(
+                f"Beam pipeline did not reach the end of its input within {timeout}s"
+            )
+        info["cancelled"] = True
+    error = box.get("error")
+    if error is not None:
+        if complete and _is_stall(error):
+            info["stalled"] = True
+        else:
+            raise BeamOracleError(f"Beam pipeline failed: {error!r}") from error
+    elif not complete:
+        raise BeamOracleError("Beam pipeline ended without reaching the end of its input")
+
+
+def _cancel(result) -> None:
+    """Stop a direct-runner pipeline and release the thread in wait_until_finish.
+
+    ``DirectPipelineResult.cancel()`` can block for the workers' 5 s queue
+    poll; waking the (single) worker with a no-op task avoids that.
+    """
+    try:
+        from apache_beam.runners.direct.executor import (
+            _ExecutorService,
+            _ExecutorServiceParallelExecutor,
+        )
+
+        inner = result._executor._executor
+        service = inner.executor_service
+        service.shutdown()
+        for _ in service.workers:
+            service.queue.put(_ExecutorService.CallableTask())
+        for worker in service.workers:
+            worker.join(10.0)
+        inner.evaluation_context.shutdown()
+        # Wake the waiter blocked on the executor's visible-updates queue.
+        inner.visible_updates.offer(_ExecutorServiceParallelExecutor._VisibleExecutorUpdate())
+    except Exception:  # noqa: BLE001 - internals changed: fall back to the public API
+        result.cancel()

@@ -1,0 +1,333 @@
+"""Run trigger/windowing conformance transcripts (see shared TRANSCRIPTS.md).
+
+    python -m headwater.testing.transcripts FILE.yaml [...] [--runner local|spark]
+
+Every document of every file is one test. A failing test prints one line with
+its first difference; the run ends with ``N passed, M failed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from headwater.model import combiners, triggers, windows
+from headwater.model.reducer import Aggregations, Emission
+from headwater.model.strategy import WindowingStrategy
+from headwater.model.time import seconds_to_millis
+from headwater.runners.local import Bundle, ClockAdvance, LocalRunner, Step, WatermarkAdvance
+
+DEFAULT_KEY = "k"
+
+
+class TranscriptError(AssertionError):
+    """A transcript's expectations were not met."""
+
+
+class CustomTimestampingFixedWindowsWindowFn(windows.FixedWindows):
+    """Beam's test window function: output time of an element is its timestamp + 100 s."""
+
+    def output_time(self, starts, ends, ts):
+        return ts + 100_000
+
+
+_WINDOW_NAMES = {
+    "GlobalWindows": windows.GlobalWindows,
+    "FixedWindows": windows.FixedWindows,
+    "SlidingWindows": windows.SlidingWindows,
+    "Sessions": windows.Sessions,
+    "ValidityWindows": windows.ValidityWindows,
+    "CalendarWindows": windows.CalendarWindows,
+    "CustomTimestampingFixedWindowsWindowFn": CustomTimestampingFixedWindowsWindowFn,
+}
+_TRIGGER_NAMES = {
+    name: getattr(triggers, name)
+    for name in (
+        "Default",
+        "AfterWatermark",
+        "AfterCount",
+        "AfterProcessingTime",
+        "Repeatedly",
+        "AfterEach",
+        "AfterAny",
+        "AfterAll",
+        "OrFinally",
+        "Never",
+    )
+}
+
+
+def _evaluate(text: str, names: dict) -> object:
+    """Evaluate a window or trigger expression over an allow-list of names."""
+    try:
+        value = eval(compile(str(text), "<transcript>", "eval"), {"__builtins__": {}}, names)  # noqa: S307
+    except Exception as exc:
+        raise ValueError(f"cannot read {text!r}: {exc}") from exc
+    return value() if isinstance(value, type) else value
+
+
+@dataclass
+class Document:
+    """One parsed transcript."""
+
+    name: str
+    strategy: WindowingStrategy
+    aggregations: Aggregations | None
+    events: list[dict]
+    error: str | None
+    broken_on: list[str]
+
+    @classmethod
+    def parse(cls, doc: dict) -> Document:
+        combine = doc.get("combine_fn")
+        aggregations = None
+        if combine is not None:
+            if combine not in combiners.COMBINERS:
+                raise ValueError(f"unknown combine_fn {combine!r}")
+            aggregations = {"value": (combiners.COMBINERS[combine](), "value")}
+        strategy = WindowingStrategy.of(
+            window_fn=_evaluate(doc.get("window_fn", "GlobalWindows"), _WINDOW_NAMES),
+            trigger=_evaluate(doc.get("trigger_fn", "Default"), _TRIGGER_NAMES),
+            accumulation=doc.get("accumulation_mode", "accumulating"),
+            allowed_lateness=doc.get("allowed_lateness", 0),
+            timestamp_combiner=doc.get("timestamp_combiner", "OUTPUT_AT_EOW"),
+        )
+        return cls(
+            doc.get("name", "<unnamed>"),
+            strategy,
+            aggregations,
+            list(doc.get("transcript") or []),
+            doc.get("error"),
+            doc.get("broken_on") or [],
+        )
+
+
+def timeline(events: list[dict]) -> tuple[list[Step], list[tuple[int, list[dict]]]]:
+    """Split events into steps and expectations (each tagged with the number of
+    steps before it)."""
+    steps: list[Step] = []
+    expects: list[tuple[int, list[dict]]] = []
+    now = 0
+    for event in events:
+        ((kind, arg),) = event.items()
+        if kind == "input":
+            items = [i if isinstance(i, dict) else {"t": i} for i in (arg or [])]
+            keys = [i.get("k", DEFAULT_KEY) for i in items]
+            ts = [seconds_to_millis(i["t"]) for i in items]
+            values = [i.get("v", i["t"]) for i in items]
+            steps.append(Bundle(keys, ts, values))
+        elif kind == "watermark":
+            steps.append(WatermarkAdvance(seconds_to_millis(float(arg))))
+        elif kind == "clock":
+            now = seconds_to_millis(float(arg))
+            steps.append(ClockAdvance(now))
+        elif kind == "expect":
+            expects.append((len(steps), list(arg or [])))
+        elif kind == "state":
+            continue  # Beam's state assertions are not checked by any harness
+        else:
+            raise ValueError(f"unknown event {kind!r}")
+    return steps, expects
+
+
+# ------------------------------------------------------------------ matching
+def _window_of(pane: dict) -> object:
+    if pane["window_end"] >= windows.GLOBAL_WINDOW_END:
+        return "global"
+    return [math.floor(pane["window_start"] / 1000), math.floor((pane["window_end"] - 1) / 1000)]
+
+
+def _same(expected, actual) -> bool:
+    if isinstance(expected, float) or isinstance(actual, float):
+        try:
+            return bool(np.isclose(float(expected), float(actual), equal_nan=True))
+        except (TypeError, ValueError):
+            return False
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(map(_same, expected, actual))
+    return expected == actual
+
+
+def _field(pane: dict, name: str):
+    timing = pane["timing"]
+    getters: dict[str, Callable[[], object]] = {
+        "window": lambda: _window_of(pane),
+        "values": lambda: sorted(_plain(v) for v in pane["values"]),
+        "value": lambda: _plain(pane["value"]),
+        "timestamp": lambda: math.floor(pane["timestamp"] / 1000),
+        "index": lambda: int(pane["pane_index"]),
+        "nonspeculative_index": lambda: int(pane["nonspeculative_index"]),
+        "early": lambda: timing == "EARLY",
+        "late": lambda: timing == "LATE",
+        "timing": lambda: timing,
+        "first": lambda: bool(pane["is_first"]),
+        "final": lambda: bool(pane["is_last"]),
+        "retraction": lambda: bool(pane["is_retraction"]),
+        "key": lambda: pane["key"],
+    }
+    if name not in getters:
+        raise ValueError(f"unknown pane field {name!r}")
+    return getters[name]()
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [_plain(x) for x in v]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _matches(expected: dict, pane: dict) -> bool:
+    for name, want in expected.items():
+        if name == "retraction" and not want and not pane["is_retraction"]:
+            continue
+        if not _same(want, _field(pane, name)):
+            return False
+    return "retraction" in expected or not pane["is_retraction"] or False
+
+
+def _describe(pane: dict) -> str:
+    parts = {"window": _window_of(pane)}
+    for name in ("values", "value"):
+        if name in pane:
+            parts[name] = _field(pane, name)
+    parts.update(
+        timestamp=_field(pane, "timestamp"),
+        index=int(pane["pane_index"]),
+        timing=pane["timing"],
+        final=bool(pane["is_last"]),
+    )
+    if pane["is_retraction"]:
+        parts["retraction"] = True
+    if pane["key"] != DEFAULT_KEY:
+        parts["key"] = pane["key"]
+    return str(parts)
+
+
+def check(expected: list[dict], produced: list[dict], where: str) -> None:
+    """Multiset match of expected panes (partial keys) against produced panes."""
+    owner: dict[int, int] = {}
+
+    def assign(i: int, seen: set[int]) -> bool:
+        for j, pane in enumerate(produced):
+            if j in seen or not _matches(expected[i], pane):
+                continue
+            seen.add(j)
+            if j not in owner or assign(owner[j], seen):
+                owner[j] = i
+                return True
+        return False
+
+    for i, want in enumerate(expected):
+        if not assign(i, set()):
+            raise TranscriptError(
+                f"Unmatched output {where}: expected {want}; produced "
+                f"{[_describe(p) for p in produced] or 'nothing'}"
+            )
+    extra = [p for j, p in enumerate(produced) if j not in owner]
+    if extra:
+        raise TranscriptError(
+            f"Unexpected output {where}: {_describe(extra[0])}"
+            + (f" (+{len(extra) - 1} more)" if len(extra) > 1 else "")
+        )
+
+
+# -------------------------------------------------------------------- runners
+TimelineRunner = Callable[[WindowingStrategy, Aggregations | None, list[Step]], list[Emission]]
+
+
+def local_runner(strategy, aggregations, steps) -> list[Emission]:
+    return LocalRunner().run_steps(strategy, aggregations, steps)
+
+
+def _runner(name: str) -> TimelineRunner:
+    if name == "local":
+        return local_runner
+    if name == "spark":
+        from headwater.runners.spark.timeline import run_timeline
+
+        return run_timeline
+    raise ValueError(f"unknown runner {name!r}")
+
+
+def run_document(doc: Document, runner: TimelineRunner) -> None:
+    """Run one transcript; raise TranscriptError at the first difference."""
+    steps, expects = timeline(doc.events)
+    emissions = runner(doc.strategy, doc.aggregations, steps)
+    if len(emissions) != len(steps):
+        raise TranscriptError(f"runner returned {len(emissions)} emissions for {len(steps)} steps")
+    produced: list[dict] = []
+    exp_iter = iter(expects)
+    pending_expect = next(exp_iter, None)
+    for i in range(len(steps) + 1):
+        while pending_expect is not None and pending_expect[0] == i:
+            check(pending_expect[1], produced, f"before step {i + 1}")
+            produced = []
+            pending_expect = next(exp_iter, None)
+        if i == len(steps):
+            break
+        if produced:
+            raise TranscriptError(
+                f"Unexpected output before step {i + 1}: {_describe(produced[0])}"
+            )
+        produced = emissions[i].panes.to_dict("records")
+    if produced:
+        raise TranscriptError(f"Unexpected output at the end: {_describe(produced[0])}")
+
+
+def run_files(paths: Sequence[str], runner_name: str = "local", out=sys.stdout) -> tuple[int, int]:
+    runner = _runner(runner_name)
+    passed = failed = 0
+    for path in paths:
+        with open(path) as fh:
+            raw_docs = [d for d in yaml.safe_load_all(fh) if d]
+        for raw in raw_docs:
+            name = raw.get("name", "<unnamed>")
+            if runner_name in (raw.get("broken_on") or []):
+                continue
+            label = f"{Path(path).name}::{name}"
+            try:
+                run_document(Document.parse(raw), runner)
+                error = None
+            except (TranscriptError, ValueError, KeyError) as exc:
+                error = str(exc)
+            expected_error = raw.get("error")
+            if expected_error:
+                if error is not None and re.search(expected_error, error):
+                    passed += 1
+                else:
+                    failed += 1
+                    print(
+                        f"FAIL {label}: expected an error matching {expected_error!r}, "
+                        f"got {error or 'success'}",
+                        file=out,
+                    )
+            elif error is None:
+                passed += 1
+            else:
+                failed += 1
+                print(f"FAIL {label}: {error}", file=out)
+    print(f"{passed} passed, {failed} failed", file=out)
+    return passed, failed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="headwater transcripts", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--runner", choices=["local", "spark"], default="local")
+    args = parser.parse_args(argv)
+    _, failed = run_files(args.files, args.runner)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Shared pytest fixtures.
+
+`spark`: ONE SparkSession for the whole test session (starting a JVM costs
+seconds; tests must not create or stop their own sessions). It runs on
+local[2] with small shuffles, UTC session time, Arrow, and the RocksDB state
+store provider, which is what headwater's streaming runner is meant to run on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Spark's Python workers must run the interpreter running the tests (the venv's),
+# whatever `python3` on PATH is. Set before any SparkSession starts.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+SPARK_TEST_CONF: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.app.name": "headwater-tests",
+    "spark.driver.memory": "1g",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+    # Streaming tests run many tiny queries; do not keep idle-state maintenance busy.
+    "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
+    "spark.sql.streaming.minBatchesToRetain": "10",
+}
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory):
+    """The test session's SparkSession (created on first use, stopped at the end)."""
+    from pyspark.sql import SparkSession
+
+    scratch = tmp_path_factory.mktemp("spark")
+    builder = SparkSession.builder
+    for key, value in SPARK_TEST_CONF.items():
+        builder = builder.config(key, value)
+    # Keep spark-warehouse/, metastore_db/ and derby.log out of the checkout.
+    builder = builder.config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
+    builder = builder.config("spark.local.dir", str(scratch / "local"))
+    builder = builder.config(
+        "spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch / 'derby'}"
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def tmp_checkpoint(tmp_path: Path) -> str:
+    """A fresh, empty checkpoint location (a path string) for one streaming query."""
+    path = tmp_path / "checkpoint"
+    return str(path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `beam`-marked tests when apache-beam is not installed (it is an extra)."""
+    if importlib.util.find_spec("apache_beam") is not None:
+        return
+    skip = pytest.mark.skip(reason="apache-beam is not installed (pip install -e '.[test]')")
+    for item in items:
+        if "beam" in item.keywords:
+            item.add_marker(skip)
