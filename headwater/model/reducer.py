@@ -58,6 +58,8 @@ class Reducer:
         )
         self.watermark: int = MIN_TIMESTAMP
         self.now: int = 0
+        #: Processing time through which timers have fired (by advance_clock).
+        self.timers_done: int = MIN_TIMESTAMP
         self.dropped_count: int = 0
         self._keys = pd.Index([], dtype=object)
         self._fields = self._field_defaults()
@@ -238,7 +240,7 @@ class Reducer:
     def advance_clock(self, now: int) -> Emission:
         """Advance processing time; fire due timers earliest first, each at its time."""
         parts = []
-        done = MIN_TIMESTAMP
+        done = self.timers_done
         while len(self):
             live = np.flatnonzero(~self._cols["closed"])
             timers = self.strategy.trigger.next_timer("t:", self._cols, live)
@@ -251,6 +253,7 @@ class Reducer:
             parts.append(self._evaluate(rows, self._context(rows, horizon=t)))
             done = t
         self.now = max(self.now, int(now))
+        self.timers_done = max(self.timers_done, int(now))
         return self._emission(parts, [])
 
     def next_timer(self) -> int | None:
@@ -293,6 +296,7 @@ class Reducer:
             "queue": queue,
             "watermark": self.watermark,
             "now": self.now,
+            "timers_done": self.timers_done,
             "dropped": self.dropped_count,
         }
         return pickle.dumps(state, protocol=5)
@@ -308,6 +312,7 @@ class Reducer:
             r._cols = state["cols"]
             r._queue = state["queue"]
             r.watermark, r.now, r.dropped_count = state["watermark"], state["now"], state["dropped"]
+            r.timers_done = state["timers_done"]
         return r
 
     # ------------------------------------------------------------- internals
@@ -359,7 +364,9 @@ class Reducer:
         c["hold"][rows[has]] = combined[has]
         c["has_hold"][rows[has]] = True
 
-    def _context(self, rows, count=None, horizon: int = MIN_TIMESTAMP) -> Context:
+    def _context(self, rows, count=None, horizon: int | None = None) -> Context:
+        if horizon is None:
+            horizon = self.timers_done
         return Context(self.watermark, self.now, self._cols["end"][rows], horizon, count)
 
     def _evaluate(self, rows: np.ndarray, ctx: Context) -> pd.DataFrame:

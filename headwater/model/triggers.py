@@ -39,9 +39,11 @@ class Context:
     """What a trigger sees when evaluated for ``rows``.
 
     ``end`` holds the window ends of ``rows``. ``timer_horizon`` is the
-    processing time up to which processing-time timers count as fired: the
-    firing timer's time at a clock step, ``MIN_TIMESTAMP`` otherwise (elements
-    and watermarks never fire processing-time timers).
+    processing time through which processing-time timers have fired: the
+    firing timer's time at a clock step, the last clock step's time otherwise.
+    A fired timer's condition stays true until its trigger resets (as in Beam
+    Java), so ``AfterAll(AfterCount(2), AfterProcessingTime(10))`` fires on the
+    second element even when the delay passed before it.
     """
 
     watermark: int
