@@ -65,7 +65,8 @@ class Reducer:
         self._fields = self._field_defaults()
         self._cols = self._empty(0)
         self._queue = pd.DataFrame()  # retractions waiting for their owner window to fire
-        self._index: pd.MultiIndex | None = None
+        self._index: pd.Index | None = None
+        self._empty_frame: pd.DataFrame | None = None
 
     # ------------------------------------------------------------------ table
     def _field_defaults(self) -> dict[str, tuple[np.dtype, object]]:
@@ -137,12 +138,25 @@ class Reducer:
         arr[rows] = values
 
     def _lookup(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Row of each (key, window), -1 if absent: a hash index on one int64."""
         if len(self) == 0:
             return np.full(len(key), -1, dtype=np.int64)
+        c = self._cols
         if self._index is None:
-            c = self._cols
-            self._index = pd.MultiIndex.from_arrays([c["key"], c["start"], c["end"]])
-        return self._index.get_indexer(pd.MultiIndex.from_arrays([key, start, end]))
+            self._index = pd.Index(_window_hash(c["key"], c["start"], c["end"]))
+        if self._index.is_unique:
+            rows = self._index.get_indexer(_window_hash(key, start, end))
+            found = rows >= 0
+            r = rows[found]
+            if (
+                (c["key"][r] == key[found])
+                & (c["start"][r] == start[found])
+                & (c["end"][r] == end[found])
+            ).all():
+                return rows
+        # A hash collision (astronomically rare): fall back to an exact index.
+        exact = pd.MultiIndex.from_arrays([c["key"], c["start"], c["end"]])
+        return exact.get_indexer(pd.MultiIndex.from_arrays([key, start, end]))
 
     def _encode_keys(self, keys) -> np.ndarray:
         keys = pd.Index(np.asarray(keys, dtype=object) if not isinstance(keys, pd.Index) else keys)
@@ -639,6 +653,8 @@ class Reducer:
         )
 
     def _empty_panes(self) -> pd.DataFrame:
+        if self._empty_frame is not None:
+            return self._empty_frame.copy()
         cols = [
             "key",
             "window_start",
@@ -653,6 +669,15 @@ class Reducer:
             "is_retraction",
         ]
         return pd.DataFrame(columns=cols)
+
+
+def _window_hash(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = key.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        h ^= start.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+        h = (h << np.uint64(31)) | (h >> np.uint64(33))
+        h ^= end.astype(np.uint64) * np.uint64(0x165667B19E3779F9)
+    return h.view(np.int64)
 
 
 def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
