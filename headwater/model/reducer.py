@@ -63,6 +63,7 @@ class Reducer:
         self.dropped_count: int = 0
         self._keys = pd.Index([], dtype=object)
         self._fields = self._field_defaults()
+        self._watermark_trigger = strategy.trigger.sets_end_of_window_timer()
         self._cols = self._empty(0)
         self._queue = pd.DataFrame()  # retractions waiting for their owner window to fire
         self._index: pd.Index | None = None
@@ -219,6 +220,8 @@ class Reducer:
             self._cols["pending"][rows] += counts
             ctx = self._context(rows, count=counts)
             self.strategy.trigger.on_element("t:", self._cols, rows, ctx)
+            if self._watermark_trigger:
+                self._cols["eow_timer"][rows] = True
             panes = self._evaluate(rows, ctx)
         else:
             panes = _no_panes()
@@ -438,7 +441,7 @@ class Reducer:
         c["pane_index"][rows] += 1
         c["nonspec_index"][rows] += ~early
         c["pending"][rows] = 0
-        keep_hold = early & self.strategy.trigger.sets_end_of_window_timer()
+        keep_hold = early & self._watermark_trigger
         c["has_hold"][rows[~keep_hold]] = False
         reset = rows[finished] if self.strategy.accumulation != Accumulation.DISCARDING else rows
         if len(reset):

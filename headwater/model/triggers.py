@@ -83,7 +83,12 @@ class Trigger:
         return out
 
     def sets_end_of_window_timer(self) -> bool:
-        """Whether this subtree may wait for the watermark (has an ON_TIME pane)."""
+        """Whether this subtree may wait for the watermark (has an ON_TIME pane).
+
+        The reducer then keeps an end-of-window timer for every window with
+        data, so the ON_TIME pane fires even when the watermark part of the
+        tree was not yet active when the data arrived (rule 2).
+        """
         return any(t.sets_end_of_window_timer() for t in self.children())
 
     def on_element(self, path: str, cols: Cols, rows: np.ndarray, ctx: Context) -> None:
@@ -111,10 +116,6 @@ class Trigger:
         return out
 
 
-def _end_of_window_timer(cols: Cols, rows: np.ndarray) -> None:
-    cols["eow_timer"][rows] = True
-
-
 @dataclass(frozen=True)
 class Default(Trigger):
     """Fire when the watermark passes the end of the window, then once for every
@@ -122,9 +123,6 @@ class Default(Trigger):
 
     def sets_end_of_window_timer(self) -> bool:
         return True
-
-    def on_element(self, path, cols, rows, ctx):
-        _end_of_window_timer(cols, rows)
 
     def should_fire(self, path, cols, rows, ctx):
         return ctx.watermark >= ctx.end
@@ -295,7 +293,6 @@ class AfterWatermark(Trigger):
         late = self._is_late(path, cols, rows)
         if self.late is not None and late.any():
             self.late.on_element(f"{path}late/", cols, rows[late], ctx.sub(late))
-        _end_of_window_timer(cols, rows[~late])
         if self.early is not None and (~late).any():
             self.early.on_element(f"{path}early/", cols, rows[~late], ctx.sub(~late))
 
