@@ -32,11 +32,34 @@ def object_array(items) -> np.ndarray:
     return out
 
 
-def _grouped(values: np.ndarray, groups: np.ndarray, n: int, how: str) -> np.ndarray:
-    series = pd.Series(values).groupby(groups, sort=True)
-    result = getattr(series, how)()
-    out = result.reindex(range(n))
-    return out.to_numpy()
+def _grouped_sum(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+    """Per-group sums keeping integer types; groups without input sum to 0."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iub":
+        out = np.zeros(n, dtype=np.int64)
+        np.add.at(out, groups, values)
+        return out
+    if values.dtype.kind == "f":
+        return np.bincount(groups, weights=values, minlength=n)
+    out = pd.Series(values).groupby(groups).sum()
+    return out.reindex(range(n), fill_value=0).to_numpy()
+
+
+def _grouped_extreme(values: np.ndarray, groups: np.ndarray, n: int, how: str):
+    """Per-group min or max of any orderable dtype (groups without input are undefined)."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iuf":
+        if values.dtype.kind == "f":
+            out = np.full(n, np.inf if how == "min" else -np.inf)
+        else:
+            info = np.iinfo(np.int64)
+            out = np.full(n, info.max if how == "min" else info.min, dtype=np.int64)
+        (np.minimum if how == "min" else np.maximum).at(out, groups, values)
+        return out
+    result = getattr(pd.Series(values, dtype=object).groupby(groups), how)()
+    out = np.empty(n, dtype=object)
+    out[result.index.to_numpy()] = result.to_numpy()
+    return out
 
 
 class CombineFn:
@@ -104,10 +127,10 @@ class Sum(CombineFn):
         return {"sum": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
-        return {"sum": _grouped(values, groups, n, "sum")}
+        return {"sum": _grouped_sum(values, groups, n)}
 
     def merge(self, acc, groups, n):
-        return {"sum": _grouped(acc["sum"], groups, n, "sum")}
+        return {"sum": _grouped_sum(acc["sum"], groups, n)}
 
     def extract(self, acc):
         return acc["sum"]
@@ -167,21 +190,39 @@ class Mean(CombineFn):
 
 
 class _Extreme(CombineFn):
-    """Min or max; empty accumulators extract as NaN."""
+    """Min or max of any orderable type (ints stay exact, strings work).
+
+    ``n`` counts the inputs; empty accumulators extract as NaN (numbers) or None.
+    """
 
     how = "min"
 
     def create(self, n):
-        return {self.how: np.full(n, np.nan)}
+        return {self.how: np.zeros(n, dtype=np.int64), "n": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
-        return {self.how: _grouped(values, groups, n, self.how)}
+        out = _grouped_extreme(values, groups, n, self.how)
+        return {self.how: out, "n": np.bincount(groups, minlength=n).astype(np.int64)}
 
     def merge(self, acc, groups, n):
-        return {self.how: _grouped(acc[self.how], groups, n, self.how)}
+        has = acc["n"] > 0
+        out = _grouped_extreme(acc[self.how][has], groups[has], n, self.how)
+        return {
+            self.how: out,
+            "n": np.bincount(groups, weights=acc["n"], minlength=n).astype(np.int64),
+        }
 
     def extract(self, acc):
-        return acc[self.how]
+        out, empty = acc[self.how], acc["n"] == 0
+        if not empty.any():
+            return out
+        if out.dtype.kind in "iuf":
+            out = out.astype(np.float64)
+            out[empty] = np.nan
+            return out
+        out = out.astype(object)
+        out[empty] = None
+        return out
 
 
 class Min(_Extreme):
@@ -301,71 +342,88 @@ class ApproxDistinct(CombineFn):
 
 
 class ApproxQuantiles(CombineFn):
-    """Approximate quantiles from a mergeable compacting sample (KLL-style).
+    """Approximate quantiles from a mergeable compacting sample.
 
-    Keeps at most ``capacity`` weighted items per window; extracts
-    ``num_quantiles`` values: the minimum, evenly spaced quantiles, the maximum.
+    Keeps at most ``capacity`` weighted items per window plus the exact minimum
+    and maximum. Compaction pairs neighbours and keeps one item of each pair,
+    chosen by a seeded coin so that repeated merges do not drift; extraction
+    returns ``num_quantiles`` values: the exact minimum, evenly spaced
+    quantiles, the exact maximum.
     """
 
     name = "quantiles"
 
-    def __init__(self, num_quantiles: int = 5, capacity: int = 512) -> None:
+    def __init__(self, num_quantiles: int = 5, capacity: int = 512, seed: int = 0) -> None:
         if num_quantiles < 2:
             raise ValueError("ApproxQuantiles needs num_quantiles >= 2")
         self.q, self.capacity = num_quantiles, capacity
+        self._rng = np.random.default_rng(seed)
 
-    def _compact(self, items: np.ndarray, weights: np.ndarray):
+    def _sketch(self, items: np.ndarray, weights: np.ndarray, lo: float, hi: float):
         order = np.argsort(items, kind="stable")
         items, weights = items[order], weights[order]
         while len(items) > self.capacity:
-            # Merge neighbours pairwise: keep every other item with the pair's weight.
             pairs = len(items) // 2 * 2
-            kept_items = items[1:pairs:2]
+            pick = self._rng.integers(0, 2, pairs // 2).astype(bool)
+            first, second = items[0:pairs:2], items[1:pairs:2]
+            kept_items = np.where(pick, second, first)
             kept_weights = weights[0:pairs:2] + weights[1:pairs:2]
             if len(items) > pairs:
                 kept_items = np.r_[kept_items, items[-1:]]
                 kept_weights = np.r_[kept_weights, weights[-1:]]
             items, weights = kept_items, kept_weights
-        return items, weights
+        return items, weights, lo, hi
 
-    def _pack(self, pairs) -> Acc:
-        return {"sample": object_array(pairs)}
+    def _empty(self):
+        return (np.empty(0), np.empty(0), np.inf, -np.inf)
 
     def create(self, n):
-        return self._pack([(np.empty(0), np.empty(0)) for _ in range(n)])
+        return {"sample": object_array(self._empty() for _ in range(n))}
 
     def add(self, values, groups, n):
         lists = ToList().add(values, groups, n)["values"]
-        return self._pack(
-            [self._compact(np.asarray(v, dtype=float), np.ones(len(v))) for v in lists]
-        )
+        out = []
+        for v in lists:
+            arr = np.asarray(v, dtype=float)
+            if len(arr) == 0:
+                out.append(self._empty())
+            else:
+                out.append(self._sketch(arr, np.ones(len(arr)), arr.min(), arr.max()))
+        return {"sample": object_array(out)}
 
     def merge(self, acc, groups, n):
         parts: list[list] = [[] for _ in range(n)]
-        for g, pair in zip(groups, acc["sample"], strict=True):
-            parts[g].append(pair)
-        return self._pack(
-            [
-                self._compact(
-                    np.concatenate([p[0] for p in ps]) if ps else np.empty(0),
-                    np.concatenate([p[1] for p in ps]) if ps else np.empty(0),
+        for g, sketch in zip(groups, acc["sample"], strict=True):
+            parts[g].append(sketch)
+        out = []
+        for ps in parts:
+            if not ps:
+                out.append(self._empty())
+                continue
+            out.append(
+                self._sketch(
+                    np.concatenate([p[0] for p in ps]),
+                    np.concatenate([p[1] for p in ps]),
+                    min(p[2] for p in ps),
+                    max(p[3] for p in ps),
                 )
-                for ps in parts
-            ]
-        )
+            )
+        return {"sample": object_array(out)}
 
     def extract(self, acc):
-        out = np.empty(len(acc["sample"]), dtype=object)
-        for i, (items, weights) in enumerate(acc["sample"]):
+        out = []
+        for items, weights, lo, hi in acc["sample"]:
             if len(items) == 0:
-                out[i] = []
+                out.append([])
                 continue
             cum = np.cumsum(weights) / weights.sum()
-            ranks = np.linspace(0, 1, self.q)
+            ranks = np.linspace(0, 1, self.q)[1:-1]
             picks = np.searchsorted(cum, ranks, side="left").clip(0, len(items) - 1)
-            picks[0], picks[-1] = 0, len(items) - 1
-            out[i] = list(items[picks])
-        return out
+            out.append([float(lo), *items[picks].tolist(), float(hi)])
+        return object_array(out)
+
+    def __repr__(self) -> str:
+        return f"ApproxQuantiles({self.q}, capacity={self.capacity})"
 
 
 #: Names usable in transcripts and SQL.

@@ -58,8 +58,6 @@ class Reducer:
         )
         self.watermark: int = MIN_TIMESTAMP
         self.now: int = 0
-        #: Processing time through which timers have fired (by advance_clock).
-        self.timers_done: int = MIN_TIMESTAMP
         self.dropped_count: int = 0
         self._keys = pd.Index([], dtype=object)
         self._fields = self._field_defaults()
@@ -257,20 +255,20 @@ class Reducer:
     def advance_clock(self, now: int) -> Emission:
         """Advance processing time; fire due timers earliest first, each at its time."""
         parts = []
-        done = self.timers_done
+        trigger = self.strategy.trigger
         while len(self):
             live = np.flatnonzero(~self._cols["closed"])
-            timers = self.strategy.trigger.next_timer("t:", self._cols, live)
-            due = (timers > done) & (timers <= now) & (timers != NO_TIMER)
+            timers = trigger.next_timer("t:", self._cols, live)
+            due = timers <= now
             if not due.any():
                 break
             t = int(timers[due].min())
             rows = live[timers == t]
             self.now = max(self.now, t)
             parts.append(self._evaluate(rows, self._context(rows, horizon=t)))
-            done = t
+            # Timers due at t that did not make their trigger fire stay fired.
+            trigger.on_timers("t:", self._cols, rows, t)
         self.now = max(self.now, int(now))
-        self.timers_done = max(self.timers_done, int(now))
         return self._emission(parts, [])
 
     def next_timer(self) -> int | None:
@@ -313,7 +311,6 @@ class Reducer:
             "queue": queue,
             "watermark": self.watermark,
             "now": self.now,
-            "timers_done": self.timers_done,
             "dropped": self.dropped_count,
         }
         return pickle.dumps(state, protocol=5)
@@ -329,7 +326,6 @@ class Reducer:
             r._cols = state["cols"]
             r._queue = state["queue"]
             r.watermark, r.now, r.dropped_count = state["watermark"], state["now"], state["dropped"]
-            r.timers_done = state["timers_done"]
         return r
 
     # ------------------------------------------------------------- internals
@@ -381,9 +377,7 @@ class Reducer:
         c["hold"][rows[has]] = combined[has]
         c["has_hold"][rows[has]] = True
 
-    def _context(self, rows, count=None, horizon: int | None = None) -> Context:
-        if horizon is None:
-            horizon = self.timers_done
+    def _context(self, rows, count=None, horizon: int = MIN_TIMESTAMP) -> Context:
         return Context(self.watermark, self.now, self._cols["end"][rows], horizon, count)
 
     def _evaluate(self, rows: np.ndarray, ctx: Context) -> pd.DataFrame:
@@ -574,6 +568,9 @@ class Reducer:
             elif op == "any":
                 acc = np.zeros(k, dtype=bool)
                 np.logical_or.at(acc, g, vals)
+            elif op == "all":
+                acc = np.ones(k, dtype=bool)
+                np.logical_and.at(acc, g, vals)
             elif op == "min":
                 acc = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
                 np.minimum.at(acc, g, vals)
@@ -583,7 +580,8 @@ class Reducer:
             out[name] = acc
 
         fold("pending", "sum", np.int64)
-        fold("closed", "any", bool)
+        # A finished window merged with open ones is reopened: its data must not be lost.
+        fold("closed", "all", bool)
         fold("eow_timer", "any", bool)
         for name, tf in self.strategy.trigger.fields().items():
             fold("t:" + name, tf.merge, tf.dtype)

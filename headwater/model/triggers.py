@@ -22,7 +22,7 @@ import numpy as np
 from headwater.model.time import MIN_TIMESTAMP, NO_TIMER, to_millis
 
 Cols = dict[str, np.ndarray]
-MergeOp = Literal["sum", "min", "max", "any"]
+MergeOp = Literal["sum", "min", "max", "any", "all"]
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,9 @@ class Field:
 class Context:
     """What a trigger sees when evaluated for ``rows``.
 
-    ``end`` holds the window ends of ``rows``. ``timer_horizon`` is the
-    processing time through which processing-time timers have fired: the
-    firing timer's time at a clock step, the last clock step's time otherwise.
-    A fired timer's condition stays true until its trigger resets (as in Beam
-    Java), so ``AfterAll(AfterCount(2), AfterProcessingTime(10))`` fires on the
-    second element even when the delay passed before it.
+    ``end`` holds the window ends of ``rows``. ``timer_horizon`` is the time
+    of the processing-time timer being fired at a clock step, and
+    ``MIN_TIMESTAMP`` at other steps: elements and watermarks fire no timers.
     """
 
     watermark: int
@@ -108,8 +105,13 @@ class Trigger:
         for child, child_path in self.child_paths(path):
             child.reset(child_path, cols, rows)
 
+    def on_timers(self, path: str, cols: Cols, rows: np.ndarray, time: int) -> None:
+        """Processing time reached ``time`` for ``rows``: mark due timers fired."""
+        for child, child_path in self.child_paths(path):
+            child.on_timers(child_path, cols, rows, time)
+
     def next_timer(self, path: str, cols: Cols, rows: np.ndarray) -> np.ndarray:
-        """Earliest processing-time timer of the active part of the subtree."""
+        """Earliest unfired processing-time timer of the active part of the subtree."""
         out = np.full(len(rows), NO_TIMER, dtype=np.int64)
         for child, child_path in self.child_paths(path):
             out = np.minimum(out, child.next_timer(child_path, cols, rows))
@@ -201,7 +203,7 @@ class AfterProcessingTime(Trigger):
             raise ValueError("AfterProcessingTime delay and period must not be negative")
 
     def own_fields(self):
-        return {"timer": Field(np.int64, NO_TIMER, "min")}
+        return {"timer": Field(np.int64, NO_TIMER, "min"), "fired": Field(bool, False, "any")}
 
     def _timer_for(self, now: int) -> int:
         if self.period:
@@ -214,13 +216,20 @@ class AfterProcessingTime(Trigger):
         timer[unset] = self._timer_for(ctx.now)
 
     def should_fire(self, path, cols, rows, ctx):
-        return cols[f"{path}timer"][rows] <= ctx.timer_horizon
+        # A fired timer stays true until reset (as in Beam Java), so
+        # AfterAll(AfterCount(2), AfterProcessingTime(10)) fires on the second
+        # element even when the delay passed before it.
+        return cols[f"{path}fired"][rows] | (cols[f"{path}timer"][rows] <= ctx.timer_horizon)
 
     def on_fire(self, path, cols, rows, ctx):
         return np.ones(len(rows), dtype=bool)
 
+    def on_timers(self, path, cols, rows, time):
+        due = rows[cols[f"{path}timer"][rows] <= time]
+        cols[f"{path}fired"][due] = True
+
     def next_timer(self, path, cols, rows):
-        return cols[f"{path}timer"][rows]
+        return np.where(cols[f"{path}fired"][rows], NO_TIMER, cols[f"{path}timer"][rows])
 
     def __repr__(self) -> str:
         if self.period:

@@ -1,0 +1,399 @@
+"""Combiners: vectorized add/merge/extract against plain Python, inverses, sketches."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headwater.model.combiners import (
+    COMBINERS,
+    ApproxDistinct,
+    ApproxQuantiles,
+    CombineFn,
+    Count,
+    Max,
+    Mean,
+    Min,
+    Sum,
+    ToList,
+    TopK,
+)
+from headwater.model.reducer import Reducer
+from headwater.model.strategy import WindowingStrategy
+from headwater.model.time import MAX_TIMESTAMP
+from headwater.model.triggers import AfterCount, Repeatedly
+from headwater.model.windows import FixedWindows, Sessions
+
+SEEDS = range(12)
+
+
+def _by_group(values, groups, n):
+    out = defaultdict(list)
+    for g, v in zip(groups.tolist(), list(values), strict=True):
+        out[g].append(v)
+    return [out.get(i, []) for i in range(n)]
+
+
+def _combine_in_chunks(fn, values, groups, n, rng, chunks=4):
+    """add() on random chunks, then merge() of all partial accumulators."""
+    cut = np.sort(rng.integers(0, len(values) + 1, chunks - 1))
+    parts = []
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(values)], strict=True):
+        parts.append(fn.add(values[lo:hi], groups[lo:hi], n))
+    parts.append(fn.create(n))  # an empty accumulator is a neutral element
+    acc = {}
+    for field in parts[0]:
+        arrs = [p[field] for p in parts]
+        if any(a.dtype == object for a in arrs):
+            merged = np.empty(sum(len(a) for a in arrs), dtype=object)
+            pos = 0
+            for a in arrs:
+                merged[pos : pos + len(a)] = a
+                pos += len(a)
+            acc[field] = merged
+        else:
+            acc[field] = np.concatenate(arrs)
+    which = np.tile(np.arange(n), len(parts))
+    return fn.merge(acc, which, n)
+
+
+def _data(rng, n_groups=7, n=400, floats=False, empty_group=True):
+    groups = rng.integers(0, n_groups, n).astype(np.int64)
+    groups[: 2 * n_groups] = np.arange(2 * n_groups) % n_groups  # every group present
+    if empty_group:
+        groups[groups == 3] = 2  # group 3 stays empty
+    values = rng.normal(0, 100, n) if floats else rng.integers(-1000, 1000, n).astype(np.int64)
+    return values, groups
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sum_count_mean_min_max_vs_python(seed):
+    rng = np.random.default_rng(seed)
+    # add() sees every group (as in the Reducer); empty groups go through merge().
+    values, groups = _data(rng, floats=bool(seed % 2), empty_group=False)
+    n = 8
+    buckets = _by_group(values, groups, n)
+    for fn, expect in [
+        (Sum(), lambda b: sum(b)),
+        (Count(), len),
+        (Mean(), lambda b: sum(b) / len(b) if b else math.nan),
+        (Min(), lambda b: min(b) if b else math.nan),
+        (Max(), lambda b: max(b) if b else math.nan),
+    ]:
+        whole = fn.merge(
+            {f: np.r_[a, fn.create(1)[f]] for f, a in fn.add(values, groups, n - 1).items()},
+            np.arange(n),
+            n,
+        )
+        for acc in (whole, _combine_in_chunks(fn, values, groups, n, rng)):
+            got = fn.extract(acc)
+            assert len(got) == n
+            for i in range(n):
+                want = expect(buckets[i])
+                if isinstance(want, float) and math.isnan(want):
+                    assert math.isnan(got[i]), (fn, i, got[i])
+                else:
+                    assert got[i] == pytest.approx(want, rel=1e-9, abs=1e-9), (fn, i)
+
+
+def test_sum_add_of_a_group_without_input_is_zero():
+    values = np.array([5, 7], dtype=np.int64)
+    got = Sum().extract(Sum().add(values, np.array([0, 2]), 3))
+    assert got.tolist() == [5, 0, 7]
+    assert got.dtype == np.int64
+    merged = Sum().extract(Sum().merge({"sum": np.array([1, 2])}, np.array([0, 0]), 2))
+    assert merged.tolist() == [3, 0]
+
+
+def test_sum_of_ints_stays_integer_and_exact():
+    values = np.array([2**53, 1, 1], dtype=np.int64)
+    groups = np.zeros(3, dtype=np.int64)
+    got = Sum().extract(Sum().add(values, groups, 1))
+    assert int(got[0]) == 2**53 + 2
+
+
+def test_empty_accumulators():
+    n = 3
+    assert Sum().extract(Sum().create(n)).tolist() == [0, 0, 0]
+    assert Count().extract(Count().create(n)).tolist() == [0, 0, 0]
+    assert np.isnan(Mean().extract(Mean().create(n))).all()
+    assert np.isnan(np.asarray(Min().extract(Min().create(n)), dtype=float)).all()
+    assert np.isnan(np.asarray(Max().extract(Max().create(n)), dtype=float)).all()
+    assert [list(v) for v in ToList().extract(ToList().create(n))] == [[], [], []]
+    assert [list(v) for v in TopK(2).extract(TopK(2).create(n))] == [[], [], []]
+    assert [list(v) for v in ApproxQuantiles().extract(ApproxQuantiles().create(n))] == [[]] * 3
+    assert ApproxDistinct().extract(ApproxDistinct().create(n)).tolist() == [0, 0, 0]
+
+
+def test_count_ignores_values_including_nulls():
+    values = np.array([None, np.nan, 1.0, "x"], dtype=object)
+    groups = np.array([0, 0, 1, 1])
+    assert Count().extract(Count().add(values, groups, 2)).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tolist_and_topk(seed):
+    rng = np.random.default_rng(seed)
+    values, groups = _data(rng, n=200)
+    n = 7
+    buckets = _by_group(values, groups, n)
+    got = ToList().extract(_combine_in_chunks(ToList(), values, groups, n, rng))
+    assert [sorted(v) for v in got] == [sorted(b) for b in buckets]
+    for k in (1, 3, 50):
+        top = TopK(k).extract(_combine_in_chunks(TopK(k), values, groups, n, rng))
+        low = TopK(k, largest=False).extract(
+            _combine_in_chunks(TopK(k, largest=False), values, groups, n, rng)
+        )
+        for i in range(n):
+            assert list(top[i]) == sorted(buckets[i], reverse=True)[:k]
+            assert list(low[i]) == sorted(buckets[i])[:k]
+
+
+def test_tolist_keeps_lists_as_values():
+    values = np.empty(3, dtype=object)
+    values[0], values[1], values[2] = [1, 2], [3], []
+    got = ToList().extract(ToList().add(values, np.array([0, 0, 1]), 2))
+    assert [list(v) for v in got] == [[[1, 2], [3]], [[]]]
+
+
+@pytest.mark.parametrize("distinct", [10_000, 40_000, 100_000])
+def test_approx_distinct_error_within_5_percent(distinct):
+    rng = np.random.default_rng(distinct)
+    base = rng.permutation(distinct) + 10**9  # distinct ints, then duplicated
+    values = np.r_[base, base[: distinct // 2], base[:100]]
+    rng.shuffle(values)
+    groups = np.zeros(len(values), dtype=np.int64)
+    fn = ApproxDistinct()
+    whole = fn.extract(fn.add(values, groups, 1))[0]
+    assert abs(whole - distinct) / distinct < 0.05
+    merged = fn.extract(_combine_in_chunks(fn, values, groups, 1, rng, chunks=6))[0]
+    assert merged == whole  # HLL merge is exact: same registers
+
+
+def test_approx_distinct_strings_small_and_grouped():
+    fn = ApproxDistinct()
+    words = np.array([f"user-{i}" for i in range(20_000)], dtype=object)
+    groups = np.r_[np.zeros(5000), np.ones(15_000)].astype(np.int64)
+    got = fn.extract(fn.add(np.r_[words, words[:5000]], np.r_[groups, groups[:5000]], 3))
+    assert abs(got[0] - 5000) / 5000 < 0.05
+    assert abs(got[1] - 15_000) / 15_000 < 0.05
+    assert got[2] == 0
+    small = fn.extract(fn.add(np.array(["a", "b", "c", "a"], dtype=object), np.zeros(4, int), 1))
+    assert small[0] == 3  # linear counting is exact for tiny sets
+    with pytest.raises(ValueError):
+        ApproxDistinct(precision=3)
+
+
+def _rank_error(data_sorted: np.ndarray, estimates, q: int) -> float:
+    n = len(data_sorted)
+    worst = 0.0
+    for i, v in enumerate(estimates):
+        target = i / (q - 1)
+        lo = np.searchsorted(data_sorted, v, side="left") / n
+        hi = np.searchsorted(data_sorted, v, side="right") / n
+        # v is right if the target rank falls in [lo, hi]; otherwise the distance.
+        worst = max(worst, max(lo - target, target - hi, 0.0))
+    return worst
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_approx_quantiles_rank_error_single_add(seed):
+    rng = np.random.default_rng(seed)
+    data = rng.lognormal(0, 2, 50_000)
+    fn = ApproxQuantiles(num_quantiles=11, capacity=512)
+    est = fn.extract(fn.add(data, np.zeros(len(data), dtype=np.int64), 1))[0]
+    s = np.sort(data)
+    assert len(est) == 11
+    assert est[-1] == s[-1]
+    assert list(est) == sorted(est)
+    assert _rank_error(s, est, 11) < 0.01
+
+
+def test_approx_quantiles_first_output_is_the_exact_minimum():
+    data = np.arange(1000, dtype=float)
+    fn = ApproxQuantiles(num_quantiles=3, capacity=512)
+    est = fn.extract(fn.add(data, np.zeros(1000, dtype=np.int64), 1))[0]
+    assert list(est)[0] == 0.0 and list(est)[-1] == 999.0
+
+
+def test_approx_quantiles_exact_when_small():
+    data = np.arange(101, dtype=float)[::-1]
+    fn = ApproxQuantiles(num_quantiles=5, capacity=512)
+    est = fn.extract(fn.add(data, np.zeros(101, dtype=np.int64), 1))[0]
+    assert list(est) == [0, 25, 50, 75, 100]
+    with pytest.raises(ValueError):
+        ApproxQuantiles(num_quantiles=1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_approx_quantiles_rank_error_after_many_merges(seed):
+    """The Reducer merges each bundle into the window's accumulator: 200 bundles."""
+    rng = np.random.default_rng(seed)
+    data = rng.normal(0, 1, 40_000)
+    fn = ApproxQuantiles(num_quantiles=11, capacity=512)
+    acc = fn.create(1)
+    for chunk in np.array_split(data, 200):
+        part = fn.add(chunk, np.zeros(len(chunk), dtype=np.int64), 1)
+        both = np.empty(2, dtype=object)
+        both[0], both[1] = acc["sample"][0], part["sample"][0]
+        acc = fn.merge({"sample": both}, np.zeros(2, dtype=np.int64), 1)
+    est = fn.extract(acc)[0]
+    s = np.sort(data)
+    assert est[-1] == s[-1]
+    assert _rank_error(s, est, 11) < 0.02
+
+
+# ------------------------------------------------------------- inverses
+def _acc_rows(acc, rows):
+    return {f: a[rows] for f, a in acc.items()}
+
+
+@pytest.mark.parametrize("fn", [Sum(), Count(), Mean()], ids=repr)
+@pytest.mark.parametrize("seed", range(6))
+def test_subtract_is_the_inverse_of_merge(fn, seed):
+    assert fn.has_inverse
+    rng = np.random.default_rng(seed)
+    values, groups = _data(rng, floats=isinstance(fn, Mean))
+    n = 7
+    keep = rng.random(len(values)) < 0.6
+    a = fn.add(values[keep], groups[keep], n)
+    b = fn.add(values[~keep], groups[~keep], n)
+    whole = fn.add(values, groups, n)
+    got = fn.extract(fn.subtract(whole, b))
+    want = fn.extract(a)
+    np.testing.assert_allclose(
+        np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=1e-9, atol=1e-9
+    )
+
+
+@pytest.mark.parametrize("fn", [Min(), Max(), ToList(), TopK(3), ApproxDistinct()], ids=repr)
+def test_no_inverse_declared_and_subtract_refuses(fn):
+    assert not fn.has_inverse
+    with pytest.raises(NotImplementedError):
+        fn.subtract(fn.create(1), fn.create(1))
+
+
+def test_named_combiners():
+    assert set(COMBINERS) >= {"sum", "count", "mean", "min", "max", "list"}
+    assert COMBINERS["avg"] is Mean
+
+
+# ------------------------------------------------- a user scalar CombineFn
+class SpreadFn(CombineFn):
+    """max - min and the count, written only with Beam's scalar methods."""
+
+    name = "spread"
+
+    def create_accumulator(self):
+        return (math.inf, -math.inf, 0)
+
+    def add_input(self, accumulator, value):
+        lo, hi, n = accumulator
+        return (min(lo, value), max(hi, value), n + 1)
+
+    def merge_accumulators(self, accumulators):
+        los, his, ns = zip(*accumulators, strict=True)
+        return (min(los), max(his), sum(ns))
+
+    def extract_output(self, accumulator):
+        lo, hi, n = accumulator
+        return (hi - lo if n else None, n)
+
+
+def test_scalar_combine_fn_vectorized_defaults():
+    fn = SpreadFn()
+    values = np.array([5, 1, 9, 4, 4], dtype=np.int64)
+    groups = np.array([0, 0, 0, 2, 2])
+    assert list(fn.extract(fn.add(values, groups, 3))) == [(8, 3), (None, 0), (0, 2)]
+    rng = np.random.default_rng(0)
+    values, groups = _data(rng, n=300)
+    buckets = _by_group(values, groups, 7)
+    got = fn.extract(_combine_in_chunks(fn, values, groups, 7, rng))
+    for i in range(7):
+        b = buckets[i]
+        assert got[i] == ((max(b) - min(b), len(b)) if b else (None, 0))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_scalar_combine_fn_through_the_reducer(seed):
+    rng = np.random.default_rng(seed)
+    n = 500
+    df = pd.DataFrame(
+        {
+            "key": rng.choice(["a", "b", 7], n),
+            "timestamp": rng.integers(0, 60_000, n),
+            "x": rng.integers(-50, 50, n),
+        }
+    )
+    strategy = WindowingStrategy.of(FixedWindows(10), Repeatedly(AfterCount(7)), "accumulating")
+    r = Reducer(strategy, {"spread": (SpreadFn(), "x"), "total": (Sum(), "x")})
+    panes = []
+    for chunk in np.array_split(np.arange(n), 40):
+        part = df.iloc[chunk]
+        panes.append(r.add_bundle(part["key"], part["timestamp"], part[["x"]], now=0).panes)
+    panes.append(r.advance_watermark(MAX_TIMESTAMP).panes)
+    out = pd.concat([p for p in panes if len(p)], ignore_index=True)
+    last = out.sort_values("pane_index").groupby(["key", "window_start"]).tail(1)
+    df["window_start"] = df["timestamp"] // 10_000 * 10_000
+    want = df.groupby(["key", "window_start"])["x"].agg(["min", "max", "count", "sum"])
+    assert len(last) == len(want)
+    for _, row in last.iterrows():
+        w = want.loc[(row["key"], row["window_start"])]
+        assert row["spread"] == (w["max"] - w["min"], w["count"])
+        assert row["total"] == w["sum"]
+
+
+@pytest.mark.parametrize("mode", ["accumulating", "discarding", "retracting"])
+def test_object_accumulators_through_the_reducer_with_session_merges(mode):
+    """List-like and sketch accumulators survive session merges and snapshots."""
+    rng = np.random.default_rng(len(mode))
+    strategy = WindowingStrategy.of(Sessions(3), Repeatedly(AfterCount(4)), mode)
+    aggs = {
+        "values": (ToList(), "x"),
+        "top": (TopK(3), "x"),
+        "distinct": (ApproxDistinct(), "x"),
+        "q": (ApproxQuantiles(num_quantiles=3), "x"),
+        "n": (Count(), None),
+    }
+    r = Reducer(strategy, aggs)
+    out = []
+    for step in range(60):
+        m = int(rng.integers(1, 4))
+        ts = rng.integers(0, 200_000, m)
+        x = rng.integers(0, 30, m)
+        out.append(r.add_bundle(list(rng.choice(["a", "b"], m)), ts, pd.DataFrame({"x": x})))
+        if step % 10 == 9:
+            r = Reducer.restore(strategy, aggs, r.snapshot())
+    out.append(r.advance_watermark(MAX_TIMESTAMP))
+    panes = pd.concat([e.panes for e in out if len(e.panes)], ignore_index=True)
+    assert len(panes) > 20
+    for p in panes.to_dict("records"):
+        vals = sorted(int(v) for v in p["values"])
+        assert len(vals) == p["n"]
+        assert [int(v) for v in p["top"]] == vals[::-1][:3]
+        assert abs(int(p["distinct"]) - len(set(vals))) <= 1
+        if vals:
+            q = [float(v) for v in p["q"]]
+            assert q[0] == vals[0] and q[-1] == vals[-1] and vals[0] <= q[1] <= vals[-1]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1_700_000_000_123_456_789, 1_700_000_000_123_456_790],
+        ["pear", "apple", "zebra"],
+    ],
+    ids=["int64-ns", "strings"],
+)
+def test_min_max_through_the_reducer_keep_type_and_value(values):
+    strategy = WindowingStrategy.of(FixedWindows(10), Repeatedly(AfterCount(1)), "accumulating")
+    r = Reducer(strategy, {"lo": (Min(), "v"), "hi": (Max(), "v")})
+    for v in values:
+        p = r.add_bundle(["k"], [1000], pd.DataFrame({"v": [v]})).panes
+    lo, hi = p["lo"].iloc[-1], p["hi"].iloc[-1]
+    assert not isinstance(lo, (float, np.floating))
+    assert (lo, hi) == (min(values), max(values))
