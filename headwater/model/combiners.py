@@ -32,6 +32,20 @@ def object_array(items) -> np.ndarray:
     return out
 
 
+def _non_null(values, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop null inputs (None, NaN), as SQL aggregates do."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iub":
+        return values, groups
+    valid = ~pd.isna(values)
+    if valid.all():
+        return values, groups
+    kept = values[valid]
+    if kept.dtype == object and len(kept):
+        kept = np.asarray(kept.tolist())  # recover the type the nulls had hidden
+    return kept, groups[valid]
+
+
 def _grouped_sum(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """Per-group sums keeping integer types; groups without input sum to 0."""
     values = np.asarray(values)
@@ -120,6 +134,8 @@ class CombineFn:
 
 
 class Sum(CombineFn):
+    """Sum of the non-null inputs (0 for none)."""
+
     name = "sum"
     has_inverse = True
 
@@ -127,7 +143,7 @@ class Sum(CombineFn):
         return {"sum": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
-        return {"sum": _grouped_sum(values, groups, n)}
+        return {"sum": _grouped_sum(*_non_null(values, groups), n)}
 
     def merge(self, acc, groups, n):
         return {"sum": _grouped_sum(acc["sum"], groups, n)}
@@ -162,6 +178,8 @@ class Count(CombineFn):
 
 
 class Mean(CombineFn):
+    """Mean of the non-null inputs (NaN for none)."""
+
     name = "mean"
     has_inverse = True
 
@@ -169,6 +187,7 @@ class Mean(CombineFn):
         return {"sum": np.zeros(n, dtype=np.float64), "count": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
+        values, groups = _non_null(values, groups)
         v = np.asarray(values, dtype=np.float64)
         return {
             "sum": np.bincount(groups, weights=v, minlength=n),
@@ -201,6 +220,7 @@ class _Extreme(CombineFn):
         return {self.how: np.zeros(n, dtype=np.int64), "n": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
+        values, groups = _non_null(values, groups)
         out = _grouped_extreme(values, groups, n, self.how)
         return {self.how: out, "n": np.bincount(groups, minlength=n).astype(np.int64)}
 

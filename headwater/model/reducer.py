@@ -175,12 +175,85 @@ class Reducer:
         """Add one bundle of elements that arrived at processing time ``now``."""
         if now is not None:
             self.now = max(self.now, int(now))
+        rows, dropped = self._add(keys, timestamps, values)
+        panes = self._evaluate(rows, self._context(rows)) if len(rows) else _no_panes()
+        return self._emission([panes], dropped)
+
+    def advance_watermark(self, watermark: int, now: int | None = None) -> Emission:
+        """Advance the input watermark; fire ON_TIME panes, collect old windows."""
+        return self.step(watermark=watermark, now=None if now is None else int(now), clock=False)
+
+    def step(
+        self,
+        keys=None,
+        timestamps=None,
+        values=None,
+        *,
+        watermark: int | None = None,
+        now: int | None = None,
+        clock: bool = True,
+    ) -> Emission:
+        """One micro-batch (TRANSCRIPTS.md rule 7): add the rows (lateness is
+        judged against the current watermark), advance the watermark, evaluate
+        triggers at the new watermark, collect expired windows, then fire the
+        processing-time timers due by ``now`` (unless ``clock`` is false).
+
+        A bounded input is one such step with ``watermark=MAX_TIMESTAMP``.
+        """
+        if now is not None:
+            self.now = max(self.now, int(now))
+        dropped: list[pd.DataFrame] = []
+        rows = np.zeros(0, dtype=np.int64)
+        if timestamps is not None and len(timestamps):
+            rows, dropped = self._add(keys, timestamps, values)
+        if watermark is not None and watermark > self.watermark:
+            self.watermark = int(watermark)
+        c = self._cols
+        due = np.flatnonzero(c["eow_timer"] & (c["end"] <= self.watermark) & ~c["closed"])
+        evaluate = np.union1d(rows, due)
+        parts = [self._evaluate(evaluate, self._context(evaluate))] if len(evaluate) else []
+        parts.extend(self._collect())
+        if clock and now is not None:
+            parts.append(self.advance_clock(int(now)).panes)
+        return self._emission(parts, dropped)
+
+    def _collect(self) -> list[pd.DataFrame]:
+        """Garbage-collect windows past end + allowed lateness, flushing unemitted data."""
+        c = self._cols
+        collect = self._gc_time(c["end"]) <= self.watermark
+        if not collect.any():
+            return []
+        parts = []
+        flush = np.flatnonzero(collect & (c["pending"] > 0) & ~c["closed"])
+        if len(flush):
+            parts.append(self._emit(flush, np.ones(len(flush), dtype=bool)))
+        if len(self._queue):
+            gone = pd.MultiIndex.from_arrays(
+                [c["key"][collect], c["start"][collect], c["end"][collect]]
+            )
+            owners = pd.MultiIndex.from_arrays(
+                [self._queue["owner_key"], self._queue["owner_start"], self._queue["owner_end"]]
+            )
+            self._queue = self._queue[~owners.isin(gone)]
+        self._keep(~collect)
+        return parts
+
+    def _add(self, keys, timestamps, values) -> tuple[np.ndarray, list[pd.DataFrame]]:
+        """Assign windows, drop late elements, merge, accumulate and run the
+        triggers' on_element. Returns the touched rows and the dropped elements."""
         ts = np.asarray(timestamps, dtype=np.int64)
         inputs = self._input_columns(values, len(ts))
         codes = self._encode_keys(keys)
         row, ws, we = self.strategy.window_fn.assign(ts)
-        code, ets = codes[row], ts[row]
         dropped = []
+        unassigned = np.bincount(row, minlength=len(ts)) == 0
+        if unassigned.any():
+            lost = np.flatnonzero(unassigned)
+            none = np.zeros(len(lost), dtype=np.int64)
+            dropped.append(
+                self._dropped(codes[lost], ts[lost], none, none, inputs, lost, "no_window")
+            )
+        code, ets = codes[row], ts[row]
         late = self._gc_time(we) <= self.watermark
         if late.any():
             dropped.append(
@@ -220,37 +293,7 @@ class Reducer:
             self.strategy.trigger.on_element("t:", self._cols, rows, ctx)
             if self._watermark_trigger:
                 self._cols["eow_timer"][rows] = True
-            panes = self._evaluate(rows, ctx)
-        else:
-            panes = _no_panes()
-        return self._emission([panes], dropped)
-
-    def advance_watermark(self, watermark: int, now: int | None = None) -> Emission:
-        """Advance the input watermark; fire ON_TIME panes, collect old windows."""
-        if now is not None:
-            self.now = max(self.now, int(now))
-        if watermark <= self.watermark:
-            return self._emission([], [])
-        self.watermark = int(watermark)
-        c = self._cols
-        due = np.flatnonzero(c["eow_timer"] & (c["end"] <= self.watermark) & ~c["closed"])
-        parts = [self._evaluate(due, self._context(due))] if len(due) else []
-        collect = self._gc_time(c["end"]) <= self.watermark
-        if collect.any():
-            flush = np.flatnonzero(collect & (c["pending"] > 0) & ~c["closed"])
-            if len(flush):
-                parts.append(self._emit(flush, np.ones(len(flush), dtype=bool)))
-            gone = self._cols
-            if len(self._queue):
-                gone_windows = pd.MultiIndex.from_arrays(
-                    [gone["key"][collect], gone["start"][collect], gone["end"][collect]]
-                )
-                owners = pd.MultiIndex.from_arrays(
-                    [self._queue["owner_key"], self._queue["owner_start"], self._queue["owner_end"]]
-                )
-                self._queue = self._queue[~owners.isin(gone_windows)]
-            self._keep(~collect)
-        return self._emission(parts, [])
+        return rows, dropped
 
     def advance_clock(self, now: int) -> Emission:
         """Advance processing time; fire due timers earliest first, each at its time."""

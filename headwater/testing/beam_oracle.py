@@ -29,9 +29,22 @@ number of markers recorded before it, i.e. the index of the event after which
 it was observed. Panes produced by the final ``advance_watermark_to_infinity``
 get ``step == len(events)``.
 
+The run ends as soon as that final marker is recorded: Beam Python pipelines
+often never terminate on their own here (a watermark hold that is never
+released makes the direct runner report a "pipeline stall"; a pending
+processing-time timer makes it spin), which ``diagnostics`` reports.
+
 Beam-only; headwater itself never imports this module (apache-beam is a test
 extra). Known Beam Python behaviours that differ from headwater's documented
-semantics are listed in ``KNOWN_DIVERGENCES`` below.
+semantics are listed in ``KNOWN_DIVERGENCES``; ``beam_divergences(config)``
+says which of them a config can run into; ``beam_supported(config)`` whether
+Beam can express it at all. ``python -m headwater.testing.beam_oracle
+FILE.yaml ...`` runs transcript documents through Beam and prints where Beam
+disagrees with their ``expect`` entries (``check_transcript``).
+
+Cost (2 cores, Beam 2.77): about 0.1 s for one config, 1.4-1.7 s for 30
+configs and 10 events, roughly linear in the number of configs (pipeline
+construction and the runner's per-transform bookkeeping dominate).
 """
 
 from __future__ import annotations
@@ -58,6 +71,10 @@ __all__ = [
     "KNOWN_DIVERGENCES",
     "BeamOracleError",
     "UnsupportedConfig",
+    "beam_divergences",
+    "check_transcript",
+    "pane_in_transcript_terms",
+    "transcript_parts",
     "beam_supported",
     "beam_unsupported_reason",
     "parse_trigger",
@@ -65,10 +82,110 @@ __all__ = [
     "run_beam",
 ]
 
-# Beam Python (2.77, GeneralTriggerDriver + streaming BundleBasedDirectRunner)
-# behaviours that differ from TRANSCRIPTS.md; the differential test documents /
-# filters these. Each was observed with this oracle (see the report / tests).
-KNOWN_DIVERGENCES: dict[str, str] = {}  # filled in below, after the code
+# Beam Python 2.77 behaviours (trigger.GeneralTriggerDriver under the streaming
+# BundleBasedDirectRunner) that differ from the semantics TRANSCRIPTS.md pins
+# down. Each was reproduced with this oracle; tests/test_beam_oracle.py pins the
+# most important ones so that a Beam upgrade that changes them is noticed.
+# ``beam_divergences(config)`` says which of them a config can run into.
+KNOWN_DIVERGENCES: dict[str, str] = {
+    "no_gc": (
+        "No garbage collection: Beam Python never acts when the watermark passes "
+        "end of window + allowed lateness. Data buffered under a trigger that has "
+        "not fired (Never, AfterCount, AfterProcessingTime, the rest of a "
+        "Repeatedly(AfterCount(n))) is never emitted, not even at the end of "
+        "input; `final` is true only when the trigger itself finishes. "
+        "(TRANSCRIPTS.md rule 4 emits a final pane at GC.)"
+    ),
+    "not_final": (
+        "Default() never finishes, so its ON_TIME pane has final=false even with "
+        "allowed_lateness 0; likewise the ON_TIME pane of AfterWatermark(late=...). "
+        "AfterWatermark() without late= does finish: ON_TIME pane final=true, and "
+        "later data for that window is ignored even within the allowed lateness."
+    ),
+    "drop_boundary": (
+        "An element is dropped only when the watermark is strictly greater than "
+        "window end + allowed lateness (rule 3 drops at >=): an element arriving "
+        "when the watermark equals end + lateness is kept and fires a pane."
+    ),
+    "late_first_pane": (
+        "A window whose first data arrives after the watermark passed its end "
+        "(allowed lateness, or the drop boundary above) gets a first pane with "
+        "timing LATE and nonspeculative_index 0 (rule 1 would say ON_TIME)."
+    ),
+    "output_watermark_timing": (
+        "Panes fired by elements are classified EARLY/LATE against the "
+        "GroupByKey's OUTPUT watermark, not its input watermark. The output "
+        "watermark is held back by the watermark holds of data not emitted yet "
+        "(in this or any other window of the key; holds are never garbage "
+        "collected) and can even move backwards in the direct runner. So a pane "
+        "fired after the watermark passed the end of its window can come out "
+        "as timing EARLY with nonspeculative_index >= 0: e.g. Repeatedly(AfterCount(3)) "
+        "when the window still holds unfired data, sliding windows with "
+        "OUTPUT_AT_EARLIEST, sessions, late data under OUTPUT_AT_EOW."
+    ),
+    "eow_late_hold": (
+        "With OUTPUT_AT_EOW every late element adds a watermark hold at its "
+        "window's max timestamp (the EOW combiner ignores the 'late elements are "
+        "not held' filter). If the trigger does not fire at once (e.g. late=AfterCount(2)) "
+        "the output watermark regresses (later panes of that window: timing EARLY) "
+        "and the hold is never released: the pipeline stalls after the end of "
+        "input (diagnostics['stalled'])."
+    ),
+    "early_hold_kept": (
+        "Triggers with an ON_TIME pane (Default, AfterWatermark) keep the "
+        "watermark hold across EARLY panes: with OUTPUT_AT_EARLIEST/LATEST a later "
+        "pane's timestamp still accounts for elements already emitted (even in "
+        "discarding mode), and the ON_TIME pane (even an empty one) carries that "
+        "timestamp instead of the end of window."
+    ),
+    "processing_time_as_event_time": (
+        "Processing-time timer firings are evaluated with the timer's processing "
+        "time in place of the watermark: AfterWatermark treats a processing time "
+        ">= window end as 'watermark passed' (an early=AfterProcessingTime firing "
+        "then becomes the non-speculative pane and, without late=, finishes the "
+        "window: later data is ignored), and the pane's timing is LATE when the "
+        "timer's processing time >= window end, else EARLY, whatever the "
+        "watermark. Under TestStream processing time starts at 0, so this "
+        "depends on how clock values compare with event times."
+    ),
+    "parallel_processing_time": (
+        "AfterAny/AfterAll/OrFinally re-check their subtriggers in the watermark "
+        "domain when firing, so an AfterProcessingTime subtrigger that caused a "
+        "firing never counts as fired: AfterAny(AfterProcessingTime(d), ...) and "
+        "OrFinally(..., AfterProcessingTime(d)) do not finish then, and that "
+        "AfterProcessingTime never re-arms. An AfterProcessingTime inside AfterAll "
+        "is satisfied only at the moment its timer fires: AfterAll(AfterCount(2), "
+        "AfterProcessingTime(10)) never fires if the count completes after the "
+        "timer. AfterProcessingTime.should_fire is true for any processing-time "
+        "timer of the window."
+    ),
+    "reset_keeps_timers": (
+        "Resetting a trigger (Repeatedly after each firing, AfterWatermark at its "
+        "ON_TIME firing) clears AfterProcessingTime's state but not its pending "
+        "timer, which still fires later: an extra pane (empty in discarding mode, "
+        "a repeat in accumulating mode), e.g. Repeatedly(AfterAny(AfterCount(3), "
+        "AfterProcessingTime(10))) after a count firing, or "
+        "AfterWatermark(early=AfterProcessingTime(d), late=...) after the ON_TIME pane."
+    ),
+    "session_timers": (
+        "Merging session windows keeps every merged window's processing-time "
+        "timer; each fires, giving duplicate (accumulating) or empty (discarding) "
+        "panes (rule 5: the earliest pending timer wins)."
+    ),
+    "clock_batching": (
+        "All processing-time timers due at a clock step fire in one bundle, "
+        "ordered by timestamp, with the trigger's current time = the clock step's "
+        "time (not each timer's own time)."
+    ),
+    "silent_drops": (
+        "Dropped late elements and elements for a window whose trigger finished "
+        "are ignored without any count."
+    ),
+    "global_timestamp": (
+        "GlobalWindows: the end-of-window timestamp is GlobalWindow.max_timestamp() "
+        "= 9223371950454773 ms; the window is reported as 'global'."
+    ),
+}
 
 
 class BeamOracleError(RuntimeError):
@@ -239,10 +356,69 @@ def beam_supported(config: dict) -> bool:
     return beam_unsupported_reason(config) is None
 
 
+def beam_divergences(config: dict) -> set[str]:
+    """The KNOWN_DIVERGENCES a (Beam-supported) config can run into.
+
+    A static over-approximation from the config alone: whether a divergence
+    actually shows depends on the timeline (late data, clock values, ...). The
+    processing-time, hold and finishing ones are specific to the config; the
+    late-data ones apply to every config, since any timeline with late data
+    (even at the drop boundary) can show them.
+    """
+    from apache_beam.transforms import trigger as t
+    from apache_beam.transforms import window as bw
+
+    w = _windowing_args(config)
+    trig, wfn = w["trigger"], w["windowfn"]
+    # Late data reaches every config (at least at the drop boundary), and with
+    # it these three.
+    found = {"silent_drops", "drop_boundary", "late_first_pane", "output_watermark_timing"}
+
+    def walk(node, parents):
+        yield node, parents
+        subs = []
+        if isinstance(node, t.AfterWatermark):
+            subs = [x for x in (node.early, node.late) if x is not None]
+        elif isinstance(node, t.Repeatedly):
+            subs = [node.underlying]
+        elif isinstance(node, (t._ParallelTriggerFn, t.AfterEach)):
+            subs = list(node.triggers)
+        for sub in subs:
+            yield from walk(sub, parents + (node,))
+
+    nodes = list(walk(trig, ()))
+    has_ontime = bool(trig.has_ontime_pane())
+    uses_watermark = any(isinstance(n, (t.AfterWatermark, t.DefaultTrigger)) for n, _ in nodes)
+    apts = [(n, ps) for n, ps in nodes if isinstance(n, t.AfterProcessingTime)]
+    finishes_at_eow = isinstance(trig, t.AfterWatermark) and trig.late is None
+
+    if not finishes_at_eow:
+        found.add("no_gc")
+    if uses_watermark:
+        found.add("not_final")
+    tc = str(config.get("timestamp_combiner") or "OUTPUT_AT_EOW").upper()
+    if tc == "OUTPUT_AT_EOW":
+        # Late data is possible for every config (drop_boundary), so is this.
+        found.add("eow_late_hold")
+    if tc != "OUTPUT_AT_EOW" and has_ontime:
+        found.add("early_hold_kept")
+    if apts:
+        found.update({"processing_time_as_event_time", "clock_batching"})
+        if any(any(isinstance(p, t._ParallelTriggerFn) for p in ps) for _, ps in apts):
+            found.add("parallel_processing_time")
+        if isinstance(wfn, bw.Sessions):
+            found.add("session_timers")
+        bare = trig.underlying if isinstance(trig, t.Repeatedly) else trig
+        if not isinstance(bare, t.AfterProcessingTime):
+            found.add("reset_keeps_timers")
+    if isinstance(wfn, bw.GlobalWindows):
+        found.add("global_timestamp")
+    return found
+
+
 # --------------------------------------------------------------------------
 # Recording sink (the direct runner executes DoFns in this process)
 # --------------------------------------------------------------------------
-
 
 
 class _Run:
@@ -366,7 +542,7 @@ def _build_test_stream(events: list[dict], default_key, with_markers: bool):
     for i, event in enumerate(events):
         if len(event) != 1:
             raise ValueError(f"event {i} must have exactly one key: {event!r}")
-        (kind, param), = event.items()
+        ((kind, param),) = event.items()
         if kind == "input":
             items = [_normalize_item(it, default_key) for it in (param or [])]
             if items and not reached_inf:
@@ -592,3 +768,161 @@ def _cancel(result) -> None:
         inner.visible_updates.offer(_ExecutorServiceParallelExecutor._VisibleExecutorUpdate())
     except Exception:  # noqa: BLE001 - internals changed: fall back to the public API
         result.cancel()
+
+
+# --------------------------------------------------------------------------
+# Transcript cross-check: what does Beam say about a transcript document?
+#   python -m headwater.testing.beam_oracle tests/transcripts/*.yaml
+# --------------------------------------------------------------------------
+
+_CONFIG_KEYS = (
+    "window_fn",
+    "trigger_fn",
+    "accumulation_mode",
+    "timestamp_combiner",
+    "allowed_lateness",
+    "combine_fn",
+)
+
+
+def _mean(values):
+    return sum(values) / len(values) if values else None
+
+
+# What a pane's `value` is for each transcript combine_fn, computed from the
+# values Beam grouped (combining is a pure function of the pane's values).
+_COMBINE_FNS = {
+    "sum": sum,
+    "count": len,
+    "min": lambda vs: min(vs) if vs else None,
+    "max": lambda vs: max(vs) if vs else None,
+    "mean": _mean,
+    "list": sorted,
+}
+
+
+def transcript_parts(doc: dict) -> tuple[dict, list[dict], dict[int, list[dict]]]:
+    """Split a transcript document into (config, events, expects).
+
+    ``expects`` maps the index of the last event before each ``expect`` to the
+    panes expected since the previous ``expect``. ``state`` events are dropped.
+    """
+    config = {k: doc[k] for k in _CONFIG_KEYS if k in doc}
+    events: list[dict] = []
+    expects: dict[int, list[dict]] = {}
+    for entry in doc.get("transcript") or []:
+        ((kind, value),) = entry.items()
+        if kind == "expect":
+            expects.setdefault(len(events) - 1, []).extend(value or [])
+        elif kind != "state":
+            events.append(entry)
+    return config, events, expects
+
+
+def pane_in_transcript_terms(pane: dict, combine_fn: str | None = None) -> dict:
+    """An oracle pane as a transcript expects it: seconds, window [start, end - 1]."""
+    window = pane["window"]
+    out = {
+        "window": window if window == "global" else [window[0] // 1000, (window[1] - 1) // 1000],
+        "values": pane["values"],
+        "timestamp": pane["timestamp"] // 1000,
+        "index": pane["index"],
+        "nonspeculative_index": pane["nonspeculative_index"],
+        "early": pane["timing"] == "EARLY",
+        "late": pane["timing"] == "LATE",
+        "timing": pane["timing"],
+        "first": pane["first"],
+        "final": pane["final"],
+        "key": pane["key"],
+        "retraction": False,
+    }
+    if combine_fn is not None:
+        out["value"] = _COMBINE_FNS[combine_fn](pane["values"])
+    return out
+
+
+def check_transcript(doc: dict) -> list[str]:
+    """Differences between Beam's panes and the document's ``expect`` entries.
+
+    [] means Beam agrees with the transcript. Raises UnsupportedConfig when
+    the document is not expressible in Beam. Panes Beam produces only at its
+    own final advance to infinity (after the timeline) are not checked.
+    """
+    config, events, expects = transcript_parts(doc)
+    combine_fn = config.pop("combine_fn", None)
+    if combine_fn is not None and combine_fn not in _COMBINE_FNS:
+        raise UnsupportedConfig(f"combine_fn {combine_fn!r}")
+    (panes,) = run_beam([config], events)
+    problems = []
+    previous = -1
+    bounds = sorted(expects)
+    if not bounds or bounds[-1] < len(events) - 1:
+        bounds.append(len(events) - 1)  # the end of the transcript: nothing more
+    for last in bounds:
+        got = [
+            pane_in_transcript_terms(p, combine_fn) for p in panes if previous < p["step"] <= last
+        ]
+        missing = []
+        for exp in expects.get(last, []):
+            for cand in got:
+                if all(cand.get(k) == v for k, v in exp.items()):
+                    got.remove(cand)
+                    break
+            else:
+                missing.append(exp)
+        for exp in missing:
+            problems.append(f"after event {last}: expected, not produced by Beam: {exp}")
+        for extra in got:
+            problems.append(f"after event {last}: produced by Beam, not expected: {extra}")
+        previous = last
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Report, per transcript document, whether Beam agrees with its expects."""
+    import argparse
+
+    import yaml
+
+    parser = argparse.ArgumentParser(
+        prog="python -m headwater.testing.beam_oracle",
+        description="Run transcript documents through Apache Beam and show where "
+        "Beam's panes differ from the expected ones.",
+    )
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    counts = {"agree": 0, "differ": 0, "unsupported": 0}
+    for path in args.files:
+        with open(path) as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d]
+        for doc in docs:
+            name = f"{path}:{doc.get('name', '?')}"
+            if "error" in doc:
+                continue
+            try:
+                problems = check_transcript(doc)
+            except UnsupportedConfig as e:
+                counts["unsupported"] += 1
+                print(f"UNSUPPORTED {name}: {e}")
+                continue
+            if problems:
+                counts["differ"] += 1
+                print(f"DIFFER {name}")
+                for line in problems:
+                    print(f"    {line}")
+            else:
+                counts["agree"] += 1
+                print(f"AGREE {name}")
+    print(
+        f"{counts['agree']} agree with Beam, {counts['differ']} differ, "
+        f"{counts['unsupported']} not expressible in Beam"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the importable module, not this __main__ copy: the DoFns are pickled
+    # by reference and must find the module's own sink.
+    from headwater.testing.beam_oracle import main as _main
+
+    raise SystemExit(_main())

@@ -66,8 +66,8 @@ from headwater.model.combiners import (
     Mean,
     Min,
     Sum,
-    TopK,
     ToList,
+    TopK,
 )
 from headwater.model.panes import PANE_COLUMNS, TimestampCombiner, Timing
 from headwater.model.strategy import WindowingStrategy
@@ -105,9 +105,11 @@ _SID = "__hw_sid"
 _MIN_TS = "__hw_min_ts"
 _MAX_TS = "__hw_max_ts"
 
-# Spark timestamps are int64 microseconds: the representable millisecond range.
-SPARK_MIN_MILLIS = -(2**63) // 1000 + 1
-SPARK_MAX_MILLIS = (2**63 - 1) // 1000
+# The instants a Spark TIMESTAMP holds in practice (and Python's datetime can
+# collect): 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z, in epoch ms. The same
+# range as the streaming runner's.
+SPARK_MIN_MS = -62_135_596_800_000
+SPARK_MAX_MS = 253_402_300_799_999
 
 Aggregations = Mapping[str, tuple[CombineFn, str | None]]
 
@@ -116,12 +118,15 @@ Aggregations = Mapping[str, tuple[CombineFn, str | None]]
 def event_time_millis(df: DataFrame, column: str) -> Column:
     """The event-time column as int64 epoch milliseconds.
 
-    Accepts a ``TIMESTAMP`` column (floored to the millisecond) or an integral
-    column already holding epoch milliseconds.
+    Accepts a ``TIMESTAMP`` column (floored to the millisecond), a
+    ``TIMESTAMP_NTZ`` one (read in the session time zone, as Spark casts it), or
+    an integral column already holding epoch milliseconds.
     """
     dtype = _field(df, column).dataType
     if isinstance(dtype, T.TimestampType):
         return F.unix_millis(F.col(column))
+    if isinstance(dtype, T.TimestampNTZType):
+        return F.unix_millis(F.col(column).cast("timestamp"))
     if isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
         return F.col(column).cast("long")
     raise TypeError(
@@ -132,18 +137,19 @@ def event_time_millis(df: DataFrame, column: str) -> Column:
 
 
 def millis_to_timestamp(col: Column | str) -> Column:
-    """Epoch milliseconds as a Spark ``TIMESTAMP``.
+    """Epoch milliseconds as a Spark ``TIMESTAMP``; null outside years 1 to 9999.
 
-    Values outside Spark's timestamp range (the bounds of the global window,
-    +-2**62 ms) are clamped to that range.
+    Only the global window's bounds (+-2**62 ms, "the ends of time") and its
+    END_OF_WINDOW output timestamp fall outside, so in timestamp form they are
+    null, as in the streaming runner's output.
     """
     c = F.col(col) if isinstance(col, str) else col
-    clamped = F.least(F.greatest(c, F.lit(SPARK_MIN_MILLIS)), F.lit(SPARK_MAX_MILLIS))
-    return F.timestamp_millis(clamped)
+    return F.when(c.between(SPARK_MIN_MS, SPARK_MAX_MS), F.timestamp_millis(c))
 
 
 def is_timestamp_column(df: DataFrame, column: str) -> bool:
-    return isinstance(_field(df, column).dataType, T.TimestampType)
+    """Whether outputs of this event-time column are given as timestamps (else epoch ms)."""
+    return isinstance(_field(df, column).dataType, (T.TimestampType, T.TimestampNTZType))
 
 
 def _field(df: DataFrame, column: str) -> T.StructField:
@@ -154,15 +160,18 @@ def _field(df: DataFrame, column: str) -> T.StructField:
 
 
 # ------------------------------------------------------------------ aggregations
-def spark_aggregate(fn: CombineFn, column: str | None) -> Column:
+def spark_aggregate(fn: CombineFn, column: str | None, input_type: T.DataType | None = None
+                    ) -> Column:
     """Spark's native aggregate equivalent to the core combiner ``fn`` over ``column``.
 
     The equivalence is the one a bounded window needs: the combiner's output for
     all the window's elements. ``Sum`` of no non-null value is 0, as the
-    combiner's empty accumulator is.
+    combiner's empty accumulator is. Output types follow the streaming runner
+    (int64 for integral sums, minima and maxima; quantiles as doubles).
     """
     c = F.col(column) if column is not None else None
     kind = type(fn)
+    integral = isinstance(input_type, T.IntegralType)
     if kind is Count:
         return F.count(F.lit(1))
     if c is None:
@@ -172,9 +181,9 @@ def spark_aggregate(fn: CombineFn, column: str | None) -> Column:
     if kind is Mean:
         return F.avg(c)
     if kind is Min:
-        return F.min(c)
+        return F.min(c).cast("long") if integral else F.min(c)
     if kind is Max:
-        return F.max(c)
+        return F.max(c).cast("long") if integral else F.max(c)
     if kind is ToList:
         return F.collect_list(c)
     if kind is TopK:
@@ -186,7 +195,8 @@ def spark_aggregate(fn: CombineFn, column: str | None) -> Column:
         return F.approx_count_distinct(c, rsd=rsd)
     if kind is ApproxQuantiles:
         ranks = [i / (fn.q - 1) for i in range(fn.q)]
-        return F.percentile_approx(c, F.array(*[F.lit(r) for r in ranks]), 10_000)
+        quantiles = F.percentile_approx(c, F.array(*[F.lit(r) for r in ranks]), 10_000)
+        return quantiles.cast("array<double>")
     raise NotImplementedError(
         f"{type(fn).__name__} has no native Spark equivalent, so a bounded input cannot be "
         "aggregated with it without a Python UDF; use one of Sum, Count, Mean, Min, Max, "
@@ -195,11 +205,12 @@ def spark_aggregate(fn: CombineFn, column: str | None) -> Column:
 
 
 # ----------------------------------------------------------------------- windows
-def _assign_windows(df: DataFrame, window_fn: WindowFn, key_cols: Sequence[str]) -> DataFrame:
-    """Add ``_START``/``_END`` (one row per element and window) to rows with a valid ``_TS``.
+def _assign_windows(df: DataFrame, window_fn: WindowFn) -> DataFrame:
+    """Add ``_START`` (and ``_END`` where it is not ``_START`` plus a fixed size):
+    one row per element and window containing it.
 
-    Merging window functions (sessions) return rows already grouped by window
-    only for the columns needed later; see :func:`_sessions`.
+    Non-merging window functions only; merging ones (sessions, validity windows)
+    assign and merge in one step, see :func:`_sessions` and :func:`_validity`.
     """
     ts = F.col(_TS)
     kind = type(window_fn)
@@ -209,20 +220,18 @@ def _assign_windows(df: DataFrame, window_fn: WindowFn, key_cols: Sequence[str])
         )
     if kind is FixedWindows:
         size, offset = window_fn.size, window_fn.offset
-        start = ts - F.pmod(ts - F.lit(offset), F.lit(size)) if offset else ts - F.pmod(
-            ts, F.lit(size)
-        )
-        return df.withColumn(_START, start).withColumn(_END, F.col(_START) + F.lit(size))
+        # pmod, not %, so that times before the epoch floor too.
+        return df.withColumn(_START, ts - F.pmod(ts - F.lit(offset) if offset else ts, F.lit(size)))
     if kind is SlidingWindows:
         size, period, offset = window_fn.size, window_fn.period, window_fn.offset
         k = -(-size // period)
         last = ts - F.pmod(ts - F.lit(offset), F.lit(period))
         # One row per window that may contain the element: starts last, last - period, ...
         shifts = F.array(*[F.lit(i * period) for i in range(k)])
-        out = df.withColumn(_START, last - F.explode(shifts))
+        out = df.withColumn(_START, F.explode(shifts)).withColumn(_START, last - F.col(_START))
         if k * period != size:  # otherwise every candidate contains the element
             out = out.where(F.col(_START) + F.lit(size) > ts)
-        return out.withColumn(_END, F.col(_START) + F.lit(size))
+        return out
     if kind is CalendarWindows:
         return _calendar(df, window_fn)
     raise NotImplementedError(
@@ -295,7 +304,7 @@ def compile_bounded(
     key_cols = list(key_cols)
     for c in key_cols:
         _field(df, c)
-    for name, (_, column) in aggregations.items():
+    for _, column in aggregations.values():
         if column is not None:
             _field(df, column)
     _check_names(key_cols, aggregations)
@@ -319,7 +328,9 @@ def compile_bounded(
             ),
         ).otherwise(ts)
     with_ts = df.withColumn(_TS, ts)
-    valid = with_ts.where(F.col(_TS).isNotNull())
+    # With "error" every row passes or the query fails: no filter that the optimizer
+    # could move in front of raise_error.
+    valid = with_ts if on_null_event_time == "error" else with_ts.where(F.col(_TS).isNotNull())
 
     dead = with_ts.where(F.col(_TS).isNull()).drop(_TS).withColumn(
         "reason", F.lit(NULL_EVENT_TIME)
@@ -337,8 +348,10 @@ def compile_bounded(
     ))
     valid = valid.select(*needed)
 
-    agg_exprs = [spark_aggregate(fn, column).alias(name)
-                 for name, (fn, column) in aggregations.items()]
+    agg_exprs = [
+        spark_aggregate(fn, column, _field(df, column).dataType if column else None).alias(name)
+        for name, (fn, column) in aggregations.items()
+    ]
     if tc in (TimestampCombiner.EARLIEST, TimestampCombiner.EARLIEST_TRANSFORMED):
         agg_exprs.append(F.min(_TS).alias(_MIN_TS))
     elif tc == TimestampCombiner.LATEST:
@@ -349,8 +362,14 @@ def compile_bounded(
     elif type(window_fn) is ValidityWindows:
         grouped = _validity(valid, key_cols, agg_exprs)
     else:
-        windowed = _assign_windows(valid, window_fn, key_cols)
-        grouped = windowed.groupBy(*key_cols, _START, _END).agg(*agg_exprs)
+        windowed = _assign_windows(valid, window_fn)
+        if type(window_fn) in (FixedWindows, SlidingWindows):
+            # The end follows from the start: group (and shuffle) by the start alone.
+            grouped = windowed.groupBy(*key_cols, _START).agg(*agg_exprs).withColumn(
+                _END, F.col(_START) + F.lit(window_fn.size)
+            )
+        else:
+            grouped = windowed.groupBy(*key_cols, _START, _END).agg(*agg_exprs)
 
     if tc in (TimestampCombiner.EARLIEST, TimestampCombiner.EARLIEST_TRANSFORMED):
         timestamp = F.col(_MIN_TS)

@@ -1,0 +1,543 @@
+"""The user-facing API: a DataFrame in, a DataFrame of panes out.
+
+    import headwater as hw
+    from headwater.api import FixedWindows, AfterWatermark, AfterProcessingTime, AfterCount
+
+    scores = hw.from_spark(df, event_time="ts")       # bounded or streaming df
+    result = (scores
+        .window(FixedWindows("2 minutes"),
+                trigger=AfterWatermark(early=AfterProcessingTime("1 minute"),
+                                       late=AfterCount(1)),
+                allowed_lateness="10 minutes",
+                accumulation="retracting")
+        .group_by("team")
+        .agg(total=hw.sum("score"), n=hw.count()))
+    result.to_spark()
+    # team, window_start, window_end, total, n, timestamp, pane_index,
+    # nonspeculative_index, timing, is_first, is_last, is_retraction
+
+The four questions map onto the calls: *what* is ``agg`` (each helper such as
+:func:`sum` names a core combiner from :mod:`headwater.model.combiners`, which
+the streaming runner executes, and which the bounded runner compiles to Spark's
+own aggregate); *where* is the window function; *when* is the trigger (and the
+watermark); *how* is the accumulation mode.
+
+A bounded DataFrame compiles to a native Spark batch plan
+(:mod:`headwater.runners.spark.batch`): every window emits one complete ON_TIME
+pane. A streaming DataFrame runs on Structured Streaming through the core
+(:mod:`headwater.runners.spark.streaming`).
+
+Times: ``window_start``, ``window_end`` and ``timestamp`` have the type of the
+event-time column: ``TIMESTAMP`` in, ``TIMESTAMP`` out; epoch-millisecond
+``BIGINT`` in, epoch milliseconds out. (The global window's bounds, the ends of
+time, lie outside the years 1 to 9999 and are null in timestamp form.)
+
+Rows with a null event time are never dropped silently: by default they are
+left out of every window and returned by :meth:`WindowedAggregation.dead_letters`
+(with ``reason = 'null_event_time'``, and counted by
+:meth:`WindowedAggregation.dead_letter_count`); with
+``from_spark(..., on_null_event_time="error")`` the query fails instead, with an
+error naming the column.
+
+This module imports PySpark only when a DataFrame is handled, so ``import
+headwater`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from headwater.model.combiners import (
+    ApproxDistinct,
+    ApproxQuantiles,
+    CombineFn,
+    Count,
+    Max,
+    Mean,
+    Min,
+    Sum,
+    ToList,
+    TopK,
+)
+from headwater.model.panes import Accumulation, TimestampCombiner
+from headwater.model.strategy import WindowingStrategy
+from headwater.model.triggers import (
+    AfterAll,
+    AfterAny,
+    AfterCount,
+    AfterEach,
+    AfterProcessingTime,
+    AfterWatermark,
+    Default,
+    Never,
+    OrFinally,
+    Repeatedly,
+    Trigger,
+)
+from headwater.model.windows import (
+    CalendarWindows,
+    FixedWindows,
+    GlobalWindows,
+    Sessions,
+    SlidingWindows,
+    ValidityWindows,
+    WindowFn,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = [
+    # entry point and the chain of builders
+    "from_spark",
+    "EventStream",
+    "WindowedStream",
+    "GroupedWindowedStream",
+    "WindowedAggregation",
+    # aggregations
+    "Aggregation",
+    "sum",
+    "count",
+    "mean",
+    "avg",
+    "min",
+    "max",
+    "collect_list",
+    "top_k",
+    "approx_count_distinct",
+    "approx_quantiles",
+    # the model, re-exported for one import
+    "WindowingStrategy",
+    "Accumulation",
+    "TimestampCombiner",
+    "WindowFn",
+    "GlobalWindows",
+    "FixedWindows",
+    "SlidingWindows",
+    "Sessions",
+    "CalendarWindows",
+    "ValidityWindows",
+    "Trigger",
+    "Default",
+    "AfterWatermark",
+    "AfterCount",
+    "AfterProcessingTime",
+    "Repeatedly",
+    "AfterEach",
+    "AfterAny",
+    "AfterAll",
+    "OrFinally",
+    "Never",
+]
+
+_NULL_POLICIES = ("dead_letter", "error")
+_INPUT_PREFIX = "__hw_in_"
+_NO_KEY = "__hw_no_key"
+
+
+# ------------------------------------------------------------------ aggregations
+@dataclass(frozen=True)
+class Aggregation:
+    """One named output of :meth:`GroupedWindowedStream.agg`: a core combiner and the
+    input it reads (a column name, a PySpark ``Column`` expression, or ``None``
+    for combiners that read no value, such as :func:`count`)."""
+
+    combine_fn: CombineFn
+    column: Any = None
+
+    def __repr__(self) -> str:
+        col = self.column if self.column is None or isinstance(self.column, str) else "<expr>"
+        return f"Aggregation({self.combine_fn!r}, {col!r})"
+
+
+def _column(column: Any, helper: str) -> Any:
+    if column is None:
+        raise TypeError(f"hw.{helper}() needs a column name or a Column expression")
+    return column
+
+
+def sum(column: str | Column) -> Aggregation:  # noqa: A001 - mirrors pyspark.sql.functions
+    """Sum of the values (nulls ignored; a window with no non-null value sums to 0)."""
+    return Aggregation(Sum(), _column(column, "sum"))
+
+
+def count() -> Aggregation:
+    """Number of elements in the pane (every row counts, whatever its values)."""
+    return Aggregation(Count(), None)
+
+
+def mean(column: str | Column) -> Aggregation:
+    """Arithmetic mean of the values."""
+    return Aggregation(Mean(), _column(column, "mean"))
+
+
+avg = mean
+
+
+def min(column: str | Column) -> Aggregation:  # noqa: A001
+    """Smallest value."""
+    return Aggregation(Min(), _column(column, "min"))
+
+
+def max(column: str | Column) -> Aggregation:  # noqa: A001
+    """Largest value."""
+    return Aggregation(Max(), _column(column, "max"))
+
+
+def collect_list(column: str | Column) -> Aggregation:
+    """All values of the pane as a list (order unspecified on Spark)."""
+    return Aggregation(ToList(), _column(column, "collect_list"))
+
+
+def top_k(column: str | Column, k: int, *, largest: bool = True) -> Aggregation:
+    """The ``k`` largest (``largest=False``: smallest) values, sorted best first."""
+    return Aggregation(TopK(k, largest=largest), _column(column, "top_k"))
+
+
+def approx_count_distinct(column: str | Column, rsd: float = 0.05) -> Aggregation:
+    """HyperLogLog distinct count with relative standard deviation about ``rsd``
+    (PySpark's parameter; it sets the sketch precision as Spark does)."""
+    if not 0 < rsd < 0.4:
+        raise ValueError(f"rsd must be in (0, 0.4), got {rsd!r}")
+    precision = builtins.min(builtins.max(math.ceil(2 * math.log2(1.106 / rsd)), 4), 16)
+    return Aggregation(ApproxDistinct(precision), _column(column, "approx_count_distinct"))
+
+
+def approx_quantiles(column: str | Column, num_quantiles: int = 5) -> Aggregation:
+    """``num_quantiles`` evenly spaced approximate quantiles, minimum and maximum included."""
+    return Aggregation(ApproxQuantiles(num_quantiles), _column(column, "approx_quantiles"))
+
+
+def _as_aggregation(name: str, spec: Any) -> Aggregation:
+    if isinstance(spec, Aggregation):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], CombineFn):
+        return Aggregation(spec[0], spec[1])
+    if isinstance(spec, CombineFn):
+        return Aggregation(spec, None)
+    raise TypeError(
+        f"aggregation {name!r}: expected hw.sum(...)/hw.count()/... or a "
+        f"(CombineFn, column) pair, got {spec!r}"
+    )
+
+
+# ----------------------------------------------------------------------- builders
+def from_spark(
+    df: DataFrame,
+    event_time: str,
+    *,
+    watermark: Any = None,
+    on_null_event_time: str = "dead_letter",
+) -> EventStream:
+    """An event stream over a Spark DataFrame, bounded or streaming.
+
+    ``event_time`` names a ``TIMESTAMP`` column or an integral column of epoch
+    milliseconds. ``watermark`` (a duration such as ``"10 minutes"``) is the
+    bounded out-of-orderness of a streaming input, as Spark's
+    ``withWatermark``, or ``"punctuated"`` when the stream carries its watermark
+    in a ``watermark_ms`` column (the default for a streaming input that has
+    one); a bounded input is complete, so its watermark is perfect and this is
+    ignored. ``on_null_event_time`` is ``"dead_letter"`` (rows
+    with a null event time are left out and returned by ``dead_letters()``) or
+    ``"error"`` (the query fails).
+    """
+    return EventStream(df, event_time, watermark=watermark, on_null_event_time=on_null_event_time)
+
+
+class EventStream:
+    """Elements with event times: a DataFrame and the name of its event-time column."""
+
+    def __init__(
+        self,
+        df: DataFrame,
+        event_time: str,
+        *,
+        watermark: Any = None,
+        on_null_event_time: str = "dead_letter",
+    ) -> None:
+        from headwater.runners.spark.batch import event_time_millis
+
+        if not isinstance(event_time, str):
+            raise TypeError("event_time must be a column name")
+        if on_null_event_time not in _NULL_POLICIES:
+            raise ValueError(
+                f"on_null_event_time must be one of {_NULL_POLICIES}, got {on_null_event_time!r}"
+            )
+        event_time_millis(df, event_time)  # checks the column exists and has a usable type
+        self.df = df
+        self.event_time = event_time
+        self.watermark = watermark
+        self.on_null_event_time = on_null_event_time
+
+    @property
+    def is_streaming(self) -> bool:
+        return bool(self.df.isStreaming)
+
+    def window(
+        self,
+        window_fn: WindowFn | WindowingStrategy | None = None,
+        *,
+        trigger: Trigger | None = None,
+        allowed_lateness: Any = 0,
+        accumulation: Accumulation | str = Accumulation.ACCUMULATING,
+        timestamp_combiner: TimestampCombiner | str = TimestampCombiner.END_OF_WINDOW,
+    ) -> WindowedStream:
+        """Where and when: assign windows and set the trigger, lateness and accumulation.
+
+        Also accepts a ready :class:`WindowingStrategy` as its only argument.
+        """
+        if isinstance(window_fn, WindowingStrategy):
+            strategy = window_fn
+        else:
+            if window_fn is not None and not isinstance(window_fn, WindowFn):
+                raise TypeError(f"not a window function: {window_fn!r}")
+            if trigger is not None and not isinstance(trigger, Trigger):
+                raise TypeError(f"not a trigger: {trigger!r}")
+            strategy = WindowingStrategy.of(
+                window_fn=window_fn,
+                trigger=trigger,
+                accumulation=accumulation,
+                allowed_lateness=allowed_lateness,
+                timestamp_combiner=timestamp_combiner,
+            )
+        return WindowedStream(self, strategy)
+
+    def __repr__(self) -> str:
+        kind = "streaming" if self.is_streaming else "bounded"
+        return f"EventStream({kind}, event_time={self.event_time!r})"
+
+
+class WindowedStream:
+    """An event stream with a windowing strategy; group it, then aggregate."""
+
+    def __init__(self, source: EventStream, strategy: WindowingStrategy) -> None:
+        self.source = source
+        self.strategy = strategy
+
+    def group_by(self, *cols: str) -> GroupedWindowedStream:
+        """Key columns (names). Without any, each window aggregates all elements."""
+        if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+            cols = tuple(cols[0])
+        for c in cols:
+            if not isinstance(c, str):
+                raise TypeError(f"group_by takes column names, got {c!r}")
+            if c not in self.source.df.columns:
+                raise ValueError(f"no column {c!r} to group by (columns: {self.source.df.columns})")
+        return GroupedWindowedStream(self, tuple(cols))
+
+    def agg(self, **aggregations: Aggregation) -> WindowedAggregation:
+        """Aggregate every window over all elements (no key)."""
+        return GroupedWindowedStream(self, ()).agg(**aggregations)
+
+
+class GroupedWindowedStream:
+    """A windowed stream grouped by key columns."""
+
+    def __init__(self, windowed: WindowedStream, key_cols: tuple[str, ...]) -> None:
+        self.windowed = windowed
+        self.key_cols = key_cols
+
+    def agg(self, **aggregations: Aggregation) -> WindowedAggregation:
+        """What: named aggregations, e.g. ``total=hw.sum("score"), n=hw.count()``."""
+        if not aggregations:
+            raise ValueError("agg() needs at least one named aggregation, e.g. n=hw.count()")
+        specs = {name: _as_aggregation(name, spec) for name, spec in aggregations.items()}
+        return WindowedAggregation(
+            self.windowed.source, self.windowed.strategy, self.key_cols, specs
+        )
+
+
+class WindowedAggregation:
+    """The result: panes of windowed, keyed aggregations. :meth:`to_spark` runs it."""
+
+    def __init__(
+        self,
+        source: EventStream,
+        strategy: WindowingStrategy,
+        key_cols: tuple[str, ...],
+        aggregations: Mapping[str, Aggregation],
+    ) -> None:
+        self.source = source
+        self.strategy = strategy
+        self.key_cols = key_cols
+        self.aggregations = dict(aggregations)
+        self._plan = None
+
+    @property
+    def is_streaming(self) -> bool:
+        return self.source.is_streaming
+
+    # -- the input as the runners take it -------------------------------------
+    def _inputs(self) -> tuple[DataFrame, dict[str, tuple[CombineFn, str | None]]]:
+        """The input DataFrame with expression inputs projected to columns, and the
+        aggregations in the core's ``{name: (combine_fn, column)}`` format."""
+        df = self.source.df
+        core: dict[str, tuple[CombineFn, str | None]] = {}
+        for name, a in self.aggregations.items():
+            if a.column is None or isinstance(a.column, str):
+                core[name] = (a.combine_fn, a.column)
+            else:
+                column = _INPUT_PREFIX + name
+                df = df.withColumn(column, a.column)
+                core[name] = (a.combine_fn, column)
+        return df, core
+
+    def _bounded_plan(self):
+        if self._plan is None:
+            from headwater.runners.spark.batch import compile_bounded
+
+            df, core = self._inputs()
+            self._plan = compile_bounded(
+                df,
+                key_cols=self.key_cols,
+                event_time_col=self.source.event_time,
+                strategy=self.strategy,
+                aggregations=core,
+                on_null_event_time=self.source.on_null_event_time,
+            )
+        return self._plan
+
+    # -- outputs ---------------------------------------------------------------
+    def to_spark(self, *, num_shards: int | None = None) -> DataFrame:
+        """The panes as a DataFrame (streaming in, streaming out).
+
+        Columns: the key columns, ``window_start``, ``window_end``, one column
+        per aggregation, then ``timestamp, pane_index, nonspeculative_index,
+        timing, is_first, is_last, is_retraction``. ``num_shards`` is passed to
+        the streaming runner (state is kept per shard of keys).
+
+        A streaming result carries panes only; elements dropped as late are
+        counted in the query's observed metrics (``headwater``: ``panes``,
+        ``dropped``), and :meth:`start` writes them to a dead-letter sink.
+        """
+        if self.is_streaming:
+            streaming = _streaming_runner()
+            # Dropped (late) elements are counted in the query progress's observed
+            # metrics ("headwater": panes, dropped); start() also routes them to a sink.
+            out = streaming.observe_counts(self._streaming_output(num_shards))
+            return streaming.panes(out)
+        return self._restore_time_types(self._bounded_plan().panes)
+
+    def start(
+        self,
+        *,
+        checkpoint_location: str,
+        panes_sink=None,
+        dead_letter_sink=None,
+        trigger: Mapping[str, Any] | None = None,
+        query_name: str | None = None,
+        num_shards: int | None = None,
+    ):
+        """Start a streaming aggregation: panes to ``panes_sink`` and dropped elements
+        to ``dead_letter_sink`` (each ``f(batch_df, batch_id)``), with the
+        checkpoint at ``checkpoint_location``. Returns the ``StreamingQuery``."""
+        if not self.is_streaming:
+            raise ValueError("start() runs a streaming input; for a bounded one use to_spark()")
+        return _streaming_runner().start_streaming(
+            self._streaming_output(num_shards),
+            checkpoint_location=checkpoint_location,
+            panes_sink=panes_sink,
+            dead_letter_sink=dead_letter_sink,
+            trigger=trigger,
+            query_name=query_name,
+        )
+
+    def _streaming_output(self, num_shards: int | None) -> DataFrame:
+        """``run_streaming``'s output: panes and dropped elements, told apart by ``kind``."""
+        from pyspark.sql import functions as F
+
+        from headwater.runners.spark.batch import is_timestamp_column
+
+        df, core = self._inputs()
+        keys = list(self.key_cols)
+        if not keys:  # the streaming runner shards by key: give all elements one key
+            df = df.withColumn(_NO_KEY, F.lit(0))
+            keys = [_NO_KEY]
+        watermark = self.source.watermark
+        if watermark is None:
+            if "watermark_ms" not in df.columns:
+                raise ValueError(
+                    "a streaming input needs a watermark: from_spark(df, ..., watermark="
+                    "'10 seconds') for bounded out-of-orderness, or watermark='punctuated' "
+                    "with a watermark_ms column"
+                )
+            watermark = "punctuated"
+        kwargs: dict[str, Any] = {}
+        if num_shards is not None:
+            kwargs["num_shards"] = num_shards
+        out = _streaming_runner().run_streaming(
+            df,
+            key_cols=keys,
+            event_time_col=self.source.event_time,
+            strategy=self.strategy,
+            aggregations=core,
+            watermark=watermark,
+            timestamps="timestamp" if is_timestamp_column(df, self.source.event_time) else "ms",
+            **kwargs,
+        )
+        return out.drop(_NO_KEY) if not self.key_cols else out
+
+    def _restore_time_types(self, panes: DataFrame) -> DataFrame:
+        """Window bounds and output timestamps in the event-time column's type."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        from headwater.runners.spark.batch import is_timestamp_column, millis_to_timestamp
+
+        if not is_timestamp_column(self.source.df, self.source.event_time):
+            return panes  # epoch ms in, epoch ms out
+        types = {f.name: f.dataType for f in panes.schema.fields}
+        converted = {
+            name: millis_to_timestamp(F.col(name))
+            for name in ("window_start", "window_end", "timestamp")
+            if isinstance(types.get(name), (T.LongType, T.IntegerType))
+        }
+        return panes.withColumns(converted) if converted else panes
+
+    def dead_letters(self) -> DataFrame:
+        """Input rows that no window received, with a ``reason`` column.
+
+        Bounded input: rows with a null event time (``null_event_time``) and rows
+        between the windows of a sliding window function whose period exceeds its
+        size (``no_window``).
+        """
+        if self.is_streaming:
+            raise NotImplementedError(
+                "a streaming query's dropped elements go to start(dead_letter_sink=...), "
+                "and are counted in its progress (observed metrics 'headwater')"
+            )
+        return self._bounded_plan().dead_letters
+
+    def dead_letter_count(self) -> int:
+        """Number of dead letters (runs a Spark job over the input)."""
+        return self.dead_letters().count()
+
+    def explain(self, mode: str | None = None) -> None:
+        """Print the Spark plan of :meth:`to_spark`."""
+        self.to_spark().explain(mode)
+
+    def __repr__(self) -> str:
+        aggs = ", ".join(f"{k}={v!r}" for k, v in self.aggregations.items())
+        return (
+            f"WindowedAggregation({self.source!r}, {self.strategy!r}, "
+            f"group_by={list(self.key_cols)!r}, {aggs})"
+        )
+
+
+def _streaming_runner():
+    """The Structured Streaming runner module (imported on first use: it loads pyarrow
+    and the stateful-processor machinery)."""
+    try:
+        from headwater.runners.spark import streaming
+    except ModuleNotFoundError as exc:  # pragma: no cover - an incomplete installation
+        if exc.name and "headwater.runners.spark.streaming".startswith(exc.name):
+            raise NotImplementedError(
+                "the Structured Streaming runner (headwater.runners.spark.streaming) is "
+                "not available in this installation"
+            ) from exc
+        raise
+    return streaming

@@ -1,0 +1,36 @@
+"""Benchmarks: `headwater bench NAME [options]`.
+
+Each benchmark is a module ``headwater.bench.NAME`` with a ``main(argv)``
+function; every one measures headwater against a reference in the same run and
+prints the ratio (DESIGN.md: performance claims are ratios): ``batch`` and
+``streaming`` against the Spark-native equivalent, ``core`` (the local runner's
+column-wise reducer) against Beam's Python direct runner on the same timeline.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+
+def available() -> list[str]:
+    """Names of the benchmark modules in this package."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = available()
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: headwater bench NAME [options]   (NAME --help for its options)")
+        print("benchmarks: " + ", ".join(names))
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in names:
+        print(f"headwater bench: unknown benchmark {name!r} (have: {', '.join(names)})",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"{__name__}.{name}")
+    return int(module.main(rest) or 0)

@@ -1,0 +1,240 @@
+"""Benchmark: headwater's streaming runner against Spark's native windowed aggregation.
+
+    headwater bench streaming [--rows N] [--keys K] [--json] ...
+
+Generates out-of-order events (``--rows`` rows, ``--keys`` keys, event times
+spread over ``--span`` seconds, each row up to ``--disorder`` seconds late,
+``--late-fraction`` of them very late) as Parquet files, then runs in ONE
+process and one SparkSession, both as file-source streams with
+``maxFilesPerTrigger`` and ``trigger(availableNow=True)`` into the ``noop``
+sink:
+
+(a) Spark native: ``withWatermark(et, delay).groupBy(key, window(et, 2 s)).agg(sum)``,
+    append mode;
+(b) headwater: ``run_streaming`` with ``FixedWindows(2 s)``, the ``Default``
+    trigger, ``Sum``, and the same bounded-out-of-orderness watermark.
+
+It prints rows/s of both and ``ratio = headwater / native`` (``--json``: one
+JSON object). Both runs read the same files; each gets a fresh checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="headwater bench streaming", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=2_000_000, help="events (default 2,000,000)")
+    p.add_argument("--keys", type=int, default=1000, help="distinct keys (default 1000)")
+    p.add_argument("--span", type=float, default=400.0,
+                   help="seconds of event time the events cover (default 400)")
+    p.add_argument("--window", type=float, default=2.0, help="window size, s (default 2)")
+    p.add_argument("--disorder", type=float, default=5.0,
+                   help="max lateness of ordinary events, s (default 5)")
+    p.add_argument("--late-fraction", type=float, default=0.001,
+                   help="fraction of events 60 s late (default 0.001)")
+    p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s (default 10)")
+    p.add_argument("--files", type=int, default=20, help="Parquet files (default 20)")
+    p.add_argument("--files-per-trigger", type=int, default=5,
+                   help="maxFilesPerTrigger (default 5)")
+    p.add_argument("--shards", type=int, default=None,
+                   help="headwater shards (default: shuffle partitions)")
+    p.add_argument("--partitions", type=int, default=2,
+                   help="spark.sql.shuffle.partitions (default 2)")
+    p.add_argument("--only", choices=["native", "headwater"], default=None)
+    p.add_argument("--workdir", default=None, help="where data and checkpoints go (temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args(argv)
+
+
+def generate(path: str, *, rows: int, keys: int, span: float, disorder: float,
+             late_fraction: float, files: int, seed: int = 7) -> None:
+    """Write the events as ``files`` Parquet files, in arrival order."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(path, exist_ok=True)
+    arrival = np.sort(rng.uniform(0, span * 1000, rows)).astype(np.int64)
+    lateness = rng.uniform(0, disorder * 1000, rows).astype(np.int64)
+    very_late = rng.random(rows) < late_fraction
+    lateness[very_late] += 60_000
+    et = BASE_MS + arrival - lateness
+    key_ids = rng.integers(0, keys, rows)
+    names = np.array([f"k{i:05d}" for i in range(keys)], dtype=object)
+    values = rng.integers(0, 100, rows)
+    per_file = -(-rows // files)
+    for f in range(files):
+        sl = slice(f * per_file, min(rows, (f + 1) * per_file))
+        table = pa.table({
+            "key": pa.array(names[key_ids[sl]], pa.string()),
+            "et": pa.array(et[sl].astype("datetime64[ms]"), pa.timestamp("us", tz="UTC")),
+            "value": pa.array(values[sl], pa.int64()),
+        })
+        pq.write_table(table, os.path.join(path, f"part-{f:05d}.parquet"))
+
+
+def _session(partitions: int):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = {
+        "spark.master": "local[2]",
+        "spark.app.name": "headwater-bench-streaming",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "4g",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.default.parallelism": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    builder = SparkSession.builder
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _stream(spark, src: str, files_per_trigger: int):
+    return (
+        spark.readStream.schema("key string, et timestamp, value long")
+        .option("maxFilesPerTrigger", files_per_trigger)
+        .parquet(src)
+    )
+
+
+def _run(query) -> dict[str, Any]:
+    start = time.perf_counter()
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    progress = query.recentProgress
+    out_rows = sum(p["sink"].get("numOutputRows", 0) or 0 for p in progress)
+    durations: dict[str, int] = {}
+    for p in progress:
+        for k, v in (p.get("durationMs") or {}).items():
+            durations[k] = durations.get(k, 0) + int(v)
+    metrics = {}
+    for p in progress:
+        for name, row in (p.get("observedMetrics") or {}).items():
+            for k, v in row.asDict().items():
+                metrics[f"{name}.{k}"] = metrics.get(f"{name}.{k}", 0) + int(v)
+    return {
+        "seconds": elapsed,
+        "batches": len(progress),
+        "output_rows": out_rows,
+        "duration_ms": durations,
+        "metrics": metrics,
+    }
+
+
+def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    df = _stream(spark, src, args.files_per_trigger)
+    agg = (
+        df.withWatermark("et", f"{int(args.delay * 1000)} milliseconds")
+        .groupBy("key", F.window("et", f"{int(args.window * 1000)} milliseconds"))
+        .agg(F.sum("value").alias("sum"))
+    )
+    query = (
+        agg.writeStream.format("noop").outputMode("append")
+        .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+    )
+    return _run(query)
+
+
+def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
+    from headwater.model.combiners import Sum
+    from headwater.model.strategy import WindowingStrategy
+    from headwater.model.triggers import Default
+    from headwater.model.windows import FixedWindows
+    from headwater.runners.spark.streaming import observe_counts, run_streaming
+
+    df = _stream(spark, src, args.files_per_trigger)
+    out = run_streaming(
+        df,
+        key_cols="key",
+        event_time_col="et",
+        strategy=WindowingStrategy.of(FixedWindows(args.window), Default()),
+        aggregations={"sum": (Sum(), "value")},
+        watermark=args.delay,
+        num_shards=args.shards,
+    )
+    query = (
+        observe_counts(out).writeStream.format("noop").outputMode("append")
+        .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+    )
+    return _run(query)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(list(sys.argv[1:] if argv is None else argv))
+    work = args.workdir or tempfile.mkdtemp(prefix="headwater-bench-")
+    src = os.path.join(work, "events")
+    try:
+        t0 = time.perf_counter()
+        if not os.path.exists(os.path.join(src, f"part-{args.files - 1:05d}.parquet")):
+            generate(src, rows=args.rows, keys=args.keys, span=args.span,
+                     disorder=args.disorder, late_fraction=args.late_fraction,
+                     files=args.files)
+        gen_s = time.perf_counter() - t0
+        spark = _session(args.partitions)
+        result: dict[str, Any] = {
+            "rows": args.rows, "keys": args.keys, "window_s": args.window,
+            "files": args.files, "files_per_trigger": args.files_per_trigger,
+            "shuffle_partitions": args.partitions,
+            "shards": args.shards or args.partitions, "generate_s": round(gen_s, 2),
+        }
+        runs = {"native": run_native, "headwater": run_headwater}
+        for name, fn in runs.items():
+            if args.only and name != args.only:
+                continue
+            ckpt = os.path.join(work, f"checkpoint-{name}-{time.time_ns()}")
+            r = fn(spark, src, ckpt, args)
+            r["rows_per_s"] = round(args.rows / r["seconds"])
+            r["seconds"] = round(r["seconds"], 2)
+            result[name] = r
+        if "native" in result and "headwater" in result:
+            result["ratio"] = round(
+                result["headwater"]["rows_per_s"] / result["native"]["rows_per_s"], 3
+            )
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for name in runs:
+                if name in result:
+                    r = result[name]
+                    print(f"{name:>9}: {r['rows_per_s']:>10,} rows/s  ({r['seconds']} s, "
+                          f"{r['batches']} batches, {r['output_rows']:,} output rows)")
+            if "ratio" in result:
+                print(f"    ratio: {result['ratio']} (headwater / native)")
+        return 0
+    finally:
+        if not args.keep and not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

@@ -1,0 +1,1 @@
+"""Spark runners: bounded (batch plans) and unbounded (Structured Streaming)."""
