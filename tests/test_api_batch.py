@@ -480,14 +480,13 @@ CORE_AGGS = {"total": (Sum(), "score"), "n": (Count(), None), "lo": (Min(), "sco
 
 
 def core_panes(rows, strategy):
-    """Feed the rows to the core as one bundle, then end the input (watermark +inf)."""
+    """Feed the rows to the core as one complete-input step (rule 7): all rows added,
+    the watermark to +inf, then the triggers evaluated."""
     r = Reducer(strategy, CORE_AGGS)
     keys = np.array([t for t, _, _ in rows], dtype=object)
     ts = np.array([t for _, t, _ in rows], dtype=np.int64)
     values = pd.DataFrame({"score": np.array([s for _, _, s in rows], dtype=np.int64)})
-    parts = [r.add_bundle(keys, ts, values, now=0).panes,
-             r.advance_watermark(MAX_TIMESTAMP, now=0).panes]
-    return _pane_tuples(pd.concat([p for p in parts if len(p)], ignore_index=True), "key")
+    return _pane_tuples(r.step(keys, ts, values, watermark=MAX_TIMESTAMP, now=0).panes, "key")
 
 
 def _pane_tuples(frame: pd.DataFrame, key: str) -> list[tuple]:
@@ -540,18 +539,6 @@ def test_bounded_plan_equals_core_on_random_input(spark, wf, seed):
     assert spark_panes(spark, rows, strategy) == core_panes(rows, strategy)
 
 
-class _CompleteInputReducer(Reducer):
-    """The core run with the bounded runner's step semantics: all rows added while the
-    watermark is -inf (nothing late), the watermark at +inf before the bundle's
-    triggers are evaluated. Emulated through a private hook until the core exposes
-    such a step; count-based triggers then fire ON_TIME instead of EARLY."""
-
-    def _add_holds(self, *args, **kwargs):
-        super()._add_holds(*args, **kwargs)
-        self.watermark = MAX_TIMESTAMP - 1
-
-
-@pytest.mark.skipif(not hasattr(Reducer, "_add_holds"), reason="core internals changed")
 @pytest.mark.parametrize(
     "trigger",
     [hw.AfterCount(3), hw.Repeatedly(hw.AfterCount(2)), hw.AfterWatermark(early=hw.AfterCount(1)),
@@ -562,14 +549,7 @@ def test_count_triggers_equal_core_with_complete_input_step(spark, trigger):
     rows = random_rows(seed=21, n=80)
     strategy = WindowingStrategy.of(hw.Sessions(20), trigger, accumulation="retracting",
                                     timestamp_combiner="earliest")
-    r = _CompleteInputReducer(strategy, CORE_AGGS)
-    keys = np.array([t for t, _, _ in rows], dtype=object)
-    ts = np.array([t for _, t, _ in rows], dtype=np.int64)
-    values = pd.DataFrame({"score": np.array([s for _, _, s in rows], dtype=np.int64)})
-    parts = [r.add_bundle(keys, ts, values, now=0).panes,
-             r.advance_watermark(MAX_TIMESTAMP, now=0).panes]
-    core = _pane_tuples(pd.concat([p for p in parts if len(p)], ignore_index=True), "key")
-    assert spark_panes(spark, rows, strategy) == core
+    assert spark_panes(spark, rows, strategy) == core_panes(rows, strategy)
 
 
 # ------------------------------------------------------------------- benchmark
