@@ -63,8 +63,11 @@ from headwater.model.combiners import (
     ToList,
     TopK,
 )
+import pandas as pd
+
 from headwater.model.panes import Accumulation, TimestampCombiner
 from headwater.model.strategy import WindowingStrategy
+from headwater.model.time import to_millis
 from headwater.model.triggers import (
     AfterAll,
     AfterAny,
@@ -94,6 +97,7 @@ if TYPE_CHECKING:
 __all__ = [
     # entry point and the chain of builders
     "from_spark",
+    "from_pandas",
     "EventStream",
     "WindowedStream",
     "GroupedWindowedStream",
@@ -248,6 +252,34 @@ def from_spark(
     return EventStream(df, event_time, watermark=watermark, on_null_event_time=on_null_event_time)
 
 
+def from_pandas(
+    df: pd.DataFrame,
+    event_time: str,
+    *,
+    arrival_time: str | None = None,
+    watermark: Any = None,
+) -> EventStream:
+    """An event stream over a pandas DataFrame, run by the local runner.
+
+    The same ``.window(...).group_by(...).agg(...)`` pipeline as on Spark;
+    ``to_pandas()`` runs it in this process. Without ``arrival_time`` the frame
+    is a complete input (one ON_TIME pane per window, as on Spark batch). With
+    an ``arrival_time`` column (processing time) the rows are replayed as
+    micro-batches of equal arrival time, with a bounded out-of-orderness
+    ``watermark`` (a duration), so early, on-time and late panes appear as
+    they would on a stream.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"from_pandas takes a pandas DataFrame, got {type(df).__name__}")
+    for col in (event_time, arrival_time):
+        if col is not None and col not in df.columns:
+            raise ValueError(f"no column {col!r} in the DataFrame (columns: {list(df.columns)})")
+    stream = EventStream.__new__(EventStream)
+    stream.df, stream.event_time, stream.watermark = df, event_time, watermark
+    stream.on_null_event_time, stream.arrival_time = "error", arrival_time
+    return stream
+
+
 class EventStream:
     """Elements with event times: a DataFrame and the name of its event-time column."""
 
@@ -273,9 +305,16 @@ class EventStream:
         self.watermark = watermark
         self.on_null_event_time = on_null_event_time
 
+    arrival_time: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        """Whether this stream is a pandas DataFrame for the local runner."""
+        return isinstance(self.df, pd.DataFrame)
+
     @property
     def is_streaming(self) -> bool:
-        return bool(self.df.isStreaming)
+        return False if self.is_local else bool(self.df.isStreaming)
 
     def window(
         self,
@@ -366,6 +405,7 @@ class WindowedAggregation:
         self.key_cols = key_cols
         self.aggregations = dict(aggregations)
         self._plan = None
+        self._local = None
 
     @property
     def is_streaming(self) -> bool:
@@ -420,7 +460,40 @@ class WindowedAggregation:
             # metrics ("headwater": panes, dropped); start() also routes them to a sink.
             out = streaming.observe_counts(self._streaming_output(num_shards))
             return streaming.panes(out)
+        if self.source.is_local:
+            raise TypeError("this pipeline reads a pandas DataFrame: use to_pandas()")
         return self._restore_time_types(self._bounded_plan().panes)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The panes as a pandas DataFrame.
+
+        A pandas input runs on the local runner (deterministic, in this
+        process); a bounded Spark input is computed on Spark and collected.
+        """
+        if not self.source.is_local:
+            return self.to_spark().toPandas()
+        return self._run_local().panes.drop(columns="step")
+
+    def _run_local(self):
+        from headwater.runners.local import run_frame
+
+        if self._local is None:
+            aggregations = {}
+            for name, a in self.aggregations.items():
+                if a.column is not None and not isinstance(a.column, str):
+                    raise TypeError(f"aggregation {name!r}: a pandas input takes column names")
+                aggregations[name] = (a.combine_fn, a.column)
+            self._local = run_frame(
+                self.source.df,
+                key_cols=self.key_cols,
+                event_time=self.source.event_time,
+                strategy=self.strategy,
+                aggregations=aggregations,
+                arrival_time=self.source.arrival_time,
+                watermark_delay=None if self.source.watermark is None
+                else to_millis(self.source.watermark),
+            )
+        return self._local
 
     def start(
         self,
@@ -510,11 +583,14 @@ class WindowedAggregation:
                 "a streaming query's dropped elements go to start(dead_letter_sink=...), "
                 "and are counted in its progress (observed metrics 'headwater')"
             )
+        if self.source.is_local:
+            return self._run_local().dropped
         return self._bounded_plan().dead_letters
 
     def dead_letter_count(self) -> int:
-        """Number of dead letters (runs a Spark job over the input)."""
-        return self.dead_letters().count()
+        """Number of dead letters (runs a Spark job over a Spark input)."""
+        letters = self.dead_letters()
+        return len(letters) if self.source.is_local else letters.count()
 
     def explain(self, mode: str | None = None) -> None:
         """Print the Spark plan of :meth:`to_spark`."""

@@ -38,10 +38,13 @@ class Emission:
 
     @staticmethod
     def concat(parts: list[Emission]) -> Emission:
-        return Emission(
-            pd.concat([p.panes for p in parts], ignore_index=True),
-            pd.concat([p.dropped for p in parts], ignore_index=True),
-        )
+        """All parts in order (empty parts only shape the columns)."""
+
+        def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+            full = [f for f in frames if len(f)]
+            return pd.concat(full, ignore_index=True) if full else frames[0]
+
+        return Emission(cat([p.panes for p in parts]), cat([p.dropped for p in parts]))
 
 
 class Reducer:
@@ -697,22 +700,27 @@ class Reducer:
         )
 
     def _empty_panes(self) -> pd.DataFrame:
-        if self._empty_frame is not None:
-            return self._empty_frame.copy()
-        cols = [
-            "key",
-            "window_start",
-            "window_end",
-            *self._output_names(),
-            "timestamp",
-            "pane_index",
-            "nonspeculative_index",
-            "timing",
-            "is_first",
-            "is_last",
-            "is_retraction",
-        ]
-        return pd.DataFrame(columns=cols)
+        if self._empty_frame is None:
+            i64, obj = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+            flag = np.zeros(0, dtype=bool)
+            self._empty_frame = pd.DataFrame({
+                "key": obj,
+                "window_start": i64,
+                "window_end": i64,
+                **{name: obj for name in self._output_names()},
+                "timestamp": i64,
+                "pane_index": i64,
+                "nonspeculative_index": i64,
+                "timing": obj,
+                "is_first": flag,
+                "is_last": flag,
+                "is_retraction": flag,
+            })
+        return self._empty_frame.copy()
+
+
+def _no_panes() -> pd.DataFrame:
+    return pd.DataFrame()
 
 
 def _window_hash(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -739,10 +747,6 @@ def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ids = np.empty(n, dtype=np.int64)
     ids[order] = np.cumsum(boundary) - 1
     return ids, order[boundary]
-
-
-def _no_panes() -> pd.DataFrame:
-    return pd.DataFrame()
 
 
 def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:

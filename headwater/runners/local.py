@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from headwater.model.reducer import Aggregations, Emission, Reducer
@@ -106,3 +107,91 @@ class LocalRunner:
             em.panes["step"] = i
             em.dropped["step"] = i
         return Emission.concat(emissions)
+
+
+def run_frame(
+    df: pd.DataFrame,
+    *,
+    key_cols: tuple[str, ...],
+    event_time: str,
+    strategy: WindowingStrategy,
+    aggregations: Aggregations,
+    arrival_time: str | None = None,
+    watermark_delay: int | None = None,
+) -> Emission:
+    """Run a windowed aggregation over a pandas DataFrame in this process.
+
+    Without ``arrival_time`` the frame is a complete (bounded) input: one step
+    with the watermark at the end of time, as the Spark batch runner does. With
+    it, rows are replayed in bundles of equal arrival (processing) time, one
+    micro-batch each (TRANSCRIPTS.md rule 7); the watermark before a bundle is
+    the largest event time of the earlier bundles minus ``watermark_delay``
+    (Spark's bounded out-of-orderness), and the end of input is +inf.
+    Returned panes and dropped rows carry the key columns and a ``step``.
+    """
+    if event_time not in df.columns:
+        raise ValueError(f"no event-time column {event_time!r} (columns: {list(df.columns)})")
+    is_datetime = pd.api.types.is_datetime64_any_dtype(df[event_time])
+    ts = _millis(df[event_time])
+    if ts.isna().any():
+        raise ValueError(
+            f"{int(ts.isna().sum())} rows have a null event time in column {event_time!r}"
+        )
+    ts = ts.to_numpy(np.int64)
+    if key_cols:
+        key_codes = df.groupby(list(key_cols), sort=False, dropna=False).ngroup().to_numpy()
+        key_table = df[list(key_cols)].groupby(key_codes).first()
+    else:
+        key_codes, key_table = np.zeros(len(df), dtype=np.int64), None
+    reducer = Reducer(strategy, aggregations)
+    if arrival_time is None:
+        emissions = [reducer.step(key_codes, ts, df, watermark=MAX_TIMESTAMP)]
+    else:
+        arrival = _millis(df[arrival_time]).to_numpy(np.int64)
+        order = np.argsort(arrival, kind="stable")
+        cuts = np.flatnonzero(np.r_[True, arrival[order][1:] != arrival[order][:-1]])
+        emissions, seen = [], None
+        for part in np.split(order, cuts[1:]):
+            wm = None if seen is None or watermark_delay is None else seen - watermark_delay
+            frame = df.iloc[part]
+            emissions.append(
+                reducer.step(key_codes[part], ts[part], frame, watermark=wm, now=arrival[part[0]])
+            )
+            batch_max = int(ts[part].max())
+            seen = batch_max if seen is None else max(seen, batch_max)
+        emissions.append(reducer.step(watermark=MAX_TIMESTAMP, now=int(arrival.max())))
+    for i, em in enumerate(emissions):
+        em.panes["step"] = i
+        em.dropped["step"] = i
+    out = Emission.concat(emissions)
+    out = Emission(_with_keys(out.panes, key_table), _with_keys(out.dropped, key_table))
+    if is_datetime:
+        for frame in (out.panes, out.dropped):
+            for col in ("window_start", "window_end", "timestamp"):
+                if col in frame:
+                    frame[col] = _to_datetime(frame[col])
+    return out
+
+
+def _millis(col: pd.Series) -> pd.Series:
+    if pd.api.types.is_datetime64_any_dtype(col):
+        utc = col.dt.tz_convert("UTC") if col.dt.tz is not None else col
+        out = pd.Series(utc.to_numpy().astype("datetime64[ms]").astype(np.int64), index=col.index)
+        return out.where(col.notna())
+    return pd.to_numeric(col)
+
+
+def _to_datetime(col: pd.Series) -> pd.Series:
+    values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
+    inside = (values > -(2**62) + 86_400_000) & (values < 2**62 - 2 * 86_400_000)
+    return pd.Series(pd.to_datetime(np.where(inside, values, np.nan), unit="ms"), index=col.index)
+
+
+def _with_keys(frame: pd.DataFrame, key_table: pd.DataFrame | None) -> pd.DataFrame:
+    if "key" not in frame:
+        return frame
+    codes = frame.pop("key")
+    if key_table is None or not len(frame):
+        return frame
+    keys = key_table.reindex(pd.to_numeric(codes).to_numpy()).reset_index(drop=True)
+    return pd.concat([keys, frame.reset_index(drop=True)], axis=1)
