@@ -51,6 +51,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from headwater.model.combiners import (
     ApproxDistinct,
     ApproxQuantiles,
@@ -63,8 +65,6 @@ from headwater.model.combiners import (
     ToList,
     TopK,
 )
-import pandas as pd
-
 from headwater.model.panes import Accumulation, TimestampCombiner
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import to_millis
