@@ -80,6 +80,8 @@ progress, and ``start_streaming`` wires both outputs to sinks with
 from __future__ import annotations
 
 import io
+import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,9 +97,12 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from headwater.model import combiners as C
+from headwater.model import windows as W
+from headwater.model.panes import TimestampCombiner
 from headwater.model.reducer import Emission, Reducer
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import to_millis
+from headwater.model.triggers import AfterCount, Trigger
 from headwater.runners.spark.shard import aligned_shard_ids, shard_column
 
 #: Spark's timestamp range in epoch ms (0001-01-01 .. 9999-12-31T23:59:59.999).
@@ -114,6 +119,10 @@ PANE_META = (
     ("is_retraction", T.BooleanType()),
 )
 
+#: Set (before the SparkSession starts) to a directory to cProfile the Python side
+#: of the runner: each worker process writes ``<dir>/<role>-<pid>.prof``.
+PROFILE_ENV = "HEADWATER_PROFILE_DIR"
+
 # Internal column names of the packed rows.
 _SHARD = "__hw_shard"
 _KEY = "__hw_key"
@@ -121,6 +130,7 @@ _TS = "__hw_ts"
 _KIND = "__hw_kind"
 _WM = "__hw_wm"
 _PROC = "__hw_proc"
+_N = "__hw_n"  # elements per (lifted) row
 _DROP = "dropped_"
 PACKET_SCHEMA = "shard INT, n BIGINT, payload BINARY"
 STATE_SCHEMA = "blob BINARY, timer BIGINT"
@@ -132,12 +142,23 @@ Sink = Callable[[DataFrame, int], None]
 
 
 @dataclass(frozen=True)
+class _Lift:
+    """Combiner lifting: pre-aggregate per (key, window slice) in the packer."""
+
+    slice_size: int  # 0: one slice (global window)
+    slice_offset: int
+    partials: tuple[tuple[str, str, str], ...]  # (partial column, input column, arrow agg)
+
+
+@dataclass(frozen=True)
 class _Plan:
     """Everything the Python workers need (pickled into the UDFs)."""
 
     strategy: WindowingStrategy
-    aggregations: dict[str, tuple[C.CombineFn, str | None]]
-    input_cols: tuple[str, ...]  # reducer input (value) columns, user names
+    aggregations: dict[str, tuple[C.CombineFn, str | None]]  # what the Reducer runs
+    outputs: tuple[tuple[str, str, str, str], ...]  # (name, "direct"|"mean", col, count col)
+    input_cols: tuple[str, ...]  # reducer input (value) columns of a packet
+    lift: _Lift | None
     shard_ids: tuple[int, ...]
     has_kind: bool
     punctuated: bool  # else: Spark's watermark (bounded out-of-orderness)
@@ -164,6 +185,7 @@ def run_streaming(
     output_types: Mapping[str, T.DataType | str] | None = None,
     timestamps: str = "timestamp",
     max_packet_rows: int = 1_000_000,
+    lift: bool | str = "auto",
 ) -> DataFrame:
     """Windowed aggregation of a streaming DataFrame, executed by the core.
 
@@ -182,7 +204,11 @@ def run_streaming(
     aggregation outputs the runner cannot infer (user combiners).
     ``timestamps``: ``"timestamp"`` (Spark timestamps; values outside Spark's
     range, e.g. the global window's bounds, become null) or ``"ms"`` (int64
-    epoch milliseconds).
+    epoch milliseconds). ``lift``: combiner lifting (``"auto"``: when valid,
+    see :func:`lifting`): each packet pre-aggregates its rows per key and
+    window slice before the shuffle, so the reducer sees partial aggregates;
+    panes are the same, but a dead letter is then one partial aggregate of
+    ``elements`` dropped elements instead of one element.
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -270,6 +296,24 @@ def run_streaming(
         projected.append(F.col(proc_col).cast("long").alias(_PROC))
     flat = df.select(*projected)
 
+    # -- combiner lifting
+    lifted = lifting(strategy, aggs, schema) if lift in ("auto", True) else None
+    if lift is True and lifted is None:
+        raise ValueError(
+            "combiner lifting needs Sum/Count/Min/Max/Mean aggregations of numeric columns, "
+            "Global/Fixed/Sliding windows, the end-of-window timestamp combiner and a "
+            "trigger without element counts"
+        )
+    outputs: list[tuple[str, str, str, str]] = []
+    if lifted is None:
+        reducer_aggs = aggs
+        reducer_inputs = list(input_cols)
+        drop_types = {c: schema[c].dataType for c in input_cols}
+        outputs = [(name, "direct", name, "") for name in aggs]
+    else:
+        reducer_aggs, outputs, drop_types = _lifted_aggregations(aggs, lifted, schema)
+        reducer_inputs = [c for c, _, _ in lifted.partials] + [_N]
+
     # -- output schema of the operator
     out_fields = [
         T.StructField("kind", T.StringType()),
@@ -291,13 +335,16 @@ def run_streaming(
         out_fields.append(T.StructField(name, out_type))
     out_fields += [T.StructField(n, t) for n, t in PANE_META]
     out_fields.append(T.StructField("reason", T.StringType()))
-    out_fields += [T.StructField(_DROP + c, schema[c].dataType) for c in input_cols]
+    out_fields.append(T.StructField(_DROP + "elements", T.LongType()))
+    out_fields += [T.StructField(_DROP + c, t) for c, t in drop_types.items()]
     out_schema = T.StructType(out_fields)
 
     plan = _Plan(
         strategy=strategy,
-        aggregations=aggs,
-        input_cols=tuple(input_cols),
+        aggregations=reducer_aggs,
+        outputs=tuple(outputs),
+        input_cols=tuple(reducer_inputs),
+        lift=lifted,
         shard_ids=aligned_shard_ids(n_shards),
         has_kind=kind is not None,
         punctuated=punctuated,
@@ -305,7 +352,8 @@ def run_streaming(
         out_schema=out_schema,
         int_outputs=tuple(int_outputs),
         max_packet_rows=int(max_packet_rows),
-        needs_dummy=any(col is None for _, col in aggs.values()) and "value" not in input_cols,
+        needs_dummy=any(col is None for _, col in reducer_aggs.values())
+        and "value" not in reducer_inputs,
     )
     packets = flat.mapInArrow(_Packer(plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
@@ -314,7 +362,103 @@ def run_streaming(
         outputMode="Append",
         timeMode="EventTime",
     )
-    return _decode(result, keys, key_fields, raw_key, aggs, input_cols, timestamps)
+    return _decode(result, keys, key_fields, raw_key, aggs, list(drop_types), timestamps)
+
+
+_LIFTABLE_FNS = (C.Sum, C.Count, C.Min, C.Max, C.Mean)
+
+
+def _has_element_counts(trigger: Trigger) -> bool:
+    if isinstance(trigger, AfterCount):
+        return True
+    return any(_has_element_counts(child) for child, _ in trigger.child_paths(""))
+
+
+def lifting(
+    strategy: WindowingStrategy,
+    aggregations: Mapping[str, tuple[C.CombineFn, str | None]],
+    schema: T.StructType,
+) -> _Lift | None:
+    """The combiner-lifting plan, or None when lifting would change the panes.
+
+    Valid when (1) every aggregation is a Sum, Count, Min, Max or Mean (of a
+    numeric column): partial aggregates merge into the same result; (2) the
+    window function is Global, Fixed or Sliding: all elements of one *slice*
+    (Fixed: the window; Sliding: a ``gcd(size, period)`` interval; Global:
+    everything) belong to the same windows, so one partial per (key, slice)
+    lands in exactly the windows its elements would; sessions merge per
+    element and are never lifted; (3) the timestamp combiner is end of
+    window (holds of earliest/latest depend on each element and the
+    watermark); (4) the trigger has no ``AfterCount``: element counts are the
+    only per-element trigger input. Everything else is per bundle: a
+    micro-batch is one bundle, all its elements arrive at the same processing
+    time, and lateness (window end + allowed lateness <= watermark) is the same
+    for all elements of a window.
+    """
+    wf = strategy.window_fn
+    if type(wf) is W.FixedWindows:
+        size, offset = wf.size, wf.offset
+    elif type(wf) is W.SlidingWindows:
+        size, offset = math.gcd(wf.size, wf.period), wf.offset
+    elif type(wf) is W.GlobalWindows:
+        size, offset = 0, 0
+    else:
+        return None
+    if strategy.timestamp_combiner != TimestampCombiner.END_OF_WINDOW:
+        return None
+    if _has_element_counts(strategy.trigger):
+        return None
+    partials: list[tuple[str, str, str]] = []
+
+    def need(col: str, how: str) -> None:
+        name = f"{how}_{col}"
+        if all(p[0] != name for p in partials):
+            partials.append((name, col, how))
+
+    for fn, col in aggregations.values():
+        if type(fn) not in _LIFTABLE_FNS:
+            return None
+        if isinstance(fn, C.Count):
+            continue
+        if col is None or not isinstance(schema[col].dataType, T.NumericType):
+            return None
+        if isinstance(fn, (C.Sum, C.Mean)):
+            need(col, "sum")
+        if isinstance(fn, C.Mean):
+            need(col, "count")
+        if isinstance(fn, (C.Min, C.Max)):
+            need(col, "min" if isinstance(fn, C.Min) else "max")
+    return _Lift(size, offset, tuple(partials))
+
+
+def _lifted_aggregations(aggs, lifted: _Lift, schema: T.StructType):
+    """Reducer aggregations over partial columns, output recipes, dead-letter columns."""
+    reducer: dict[str, tuple[C.CombineFn, str | None]] = {}
+    outputs: list[tuple[str, str, str, str]] = []
+    for name, (fn, col) in aggs.items():
+        if isinstance(fn, C.Count):
+            reducer[name] = (C.Sum(), _N)
+            outputs.append((name, "direct", name, ""))
+        elif isinstance(fn, C.Mean):
+            s_name, c_name = f"__hw_sum_{name}", f"__hw_count_{name}"
+            reducer[s_name] = (C.Sum(), f"sum_{col}")
+            reducer[c_name] = (C.Sum(), f"count_{col}")
+            outputs.append((name, "mean", s_name, c_name))
+        else:
+            how = {C.Sum: "sum", C.Min: "min", C.Max: "max"}[type(fn)]
+            reducer[name] = (type(fn)(), f"{how}_{col}")
+            outputs.append((name, "direct", name, ""))
+    drop_types: dict[str, T.DataType] = {}
+    for partial, col, how in lifted.partials:
+        in_type = schema[col].dataType
+        if how == "count":
+            drop_types[partial] = T.LongType()
+        elif how == "sum":
+            integral = isinstance(in_type, T.IntegralType)
+            drop_types[partial] = T.LongType() if integral else T.DoubleType()
+        else:
+            drop_types[partial] = in_type
+    return reducer, outputs, drop_types
 
 
 def _output_type(fn: C.CombineFn, in_type: T.DataType | None) -> T.DataType:
@@ -375,6 +519,28 @@ def _decode(result, keys, key_fields, raw_key, aggs, input_cols, timestamps) -> 
 # ------------------------------------------------------------------- packing
 
 
+_PROFILERS: dict[str, Any] = {}
+
+
+def _profiled(role: str, fn: Callable, *args):
+    """Run ``fn(*args)`` under this process's profiler for ``role`` (if enabled)."""
+    directory = os.environ.get(PROFILE_ENV)
+    if not directory:
+        return fn(*args)
+    import cProfile
+
+    prof = _PROFILERS.get(role)
+    if prof is None:
+        prof = _PROFILERS[role] = cProfile.Profile()
+    prof.enable()
+    try:
+        return fn(*args)
+    finally:
+        prof.disable()
+        os.makedirs(directory, exist_ok=True)
+        prof.dump_stats(os.path.join(directory, f"{role}-{os.getpid()}.prof"))
+
+
 class _Packer:
     """``mapInArrow`` function: one Arrow IPC packet per shard and input partition."""
 
@@ -390,10 +556,10 @@ class _Packer:
             buffered.append(batch)
             rows += batch.num_rows
             if rows >= self.plan.max_packet_rows:
-                yield self._packets(buffered)
+                yield _profiled("pack", self._packets, buffered)
                 buffered, rows = [], 0
         if buffered:
-            yield self._packets(buffered)
+            yield _profiled("pack", self._packets, buffered)
 
     def _packets(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
         table = pa.Table.from_batches(batches)
@@ -457,15 +623,16 @@ class ShardProcessor(StatefulProcessor):
         self.state = handle.getValueState("reducer", STATE_SCHEMA)
 
     def handleInputRows(self, key, rows, timerValues: TimerValues):
-        table = _unpack(rows)
-        out = self._step(table, timerValues, expired=None)
+        table = _profiled("unpack", _unpack, rows)
+        out = _profiled("step", self._step, table, timerValues, None)
         if out is not None:
             yield out
 
     def handleExpiredTimer(
         self, key, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ):
-        out = self._step(None, timerValues, expired=expiredTimerInfo.getExpiryTimeInMs())
+        expired = expiredTimerInfo.getExpiryTimeInMs()
+        out = _profiled("step", self._step, None, timerValues, expired)
         if out is not None:
             yield out
 

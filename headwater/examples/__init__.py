@@ -1,0 +1,1 @@
+"""Runnable examples; ``headwater demo`` is the README's main job."""
