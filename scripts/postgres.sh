@@ -33,7 +33,7 @@ find_bindir() {
     return 0
   fi
   # Debian keeps them out of PATH, one directory per major version: take the newest.
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -n -r); do
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5 -n -r); do
     if [ -x "$d/pg_ctl" ] && [ -x "$d/initdb" ]; then
       echo "$d"
       return 0

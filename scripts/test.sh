@@ -8,6 +8,12 @@ cd "$root"
 
 bash scripts/setup.sh
 
+# PostgreSQL for the `postgres`-marked tests (they skip without it, fail under CI=true).
+if [ -z "${HEADWATER_TEST_POSTGRES:-}" ]; then
+  HEADWATER_TEST_POSTGRES="$(bash scripts/postgres.sh)" || HEADWATER_TEST_POSTGRES=""
+fi
+export HEADWATER_TEST_POSTGRES
+
 export PYSPARK_PYTHON="$root/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$root/.venv/bin/python"
 

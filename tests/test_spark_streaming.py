@@ -11,9 +11,10 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from headwater.io.replay import read_replay, write_timeline
-from headwater.model.combiners import Count, Max, Sum
+from headwater.model.combiners import Count, Max, Mean, Sum, ToList
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.model.triggers import (
@@ -28,6 +29,7 @@ from headwater.runners.local import Bundle, ClockAdvance, LocalRunner, Watermark
 from headwater.runners.spark.shard import aligned_shard_ids, murmur3_int
 from headwater.runners.spark.streaming import (
     dead_letters,
+    lifting,
     panes,
     run_streaming,
     start_streaming,
@@ -35,6 +37,10 @@ from headwater.runners.spark.streaming import (
 from headwater.runners.spark.timeline import run_timeline, timeline_steps
 
 pytestmark = pytest.mark.spark
+
+_SCHEMA = StructType(
+    [StructField("value", LongType()), StructField("name", StringType())]
+)
 
 
 # ------------------------------------------------------------------ helpers
@@ -92,6 +98,14 @@ STRATEGIES = {
         WindowingStrategy.of(Sessions(5), Default(), accumulation="retracting"),
         {"total": (Sum(), "value")},
     ),
+    "sliding_early_mean_lateness": (
+        WindowingStrategy.of(
+            SlidingWindows(10, 5), AfterWatermark(early=AfterProcessingTime(5)),
+            allowed_lateness=10,
+        ),
+        {"total": (Sum(), "value"), "avg": (Mean(), "value"), "n": (Count(), None),
+         "top": (Max(), "value")},
+    ),
     "sliding_count_discarding_values": (
         WindowingStrategy.of(
             SlidingWindows(10, 5), Repeatedly(AfterCount(2)), accumulation="discarding",
@@ -138,6 +152,36 @@ def test_replay_matches_local_runner(spark, name):
     assert sum(len(e.panes) for e in want) > 0
 
 
+@pytest.mark.parametrize("name", ["fixed_default", "sliding_early_mean_lateness"])
+def test_lifted_replay_matches_local_runner(spark, name):
+    """Combiner lifting: same panes; a dead letter counts the elements it stands for."""
+    strategy, aggregations = STRATEGIES[name]
+    assert lifting(strategy, aggregations, _SCHEMA) is not None
+    steps = _steps()
+    want = LocalRunner().run_steps(strategy, aggregations, steps)
+    got = run_timeline(strategy, aggregations, steps, spark=spark, lift=True)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        cols = list(w.panes.columns) if len(w.panes) else list(g.panes.columns)
+        assert _norm_panes(g.panes[cols]) == _norm_panes(w.panes[cols]), f"step {i}"
+        assert int(g.dropped.get("elements", pd.Series([], dtype=int)).sum()) == len(w.dropped)
+    assert sum(len(e.dropped) for e in want) > 0
+
+
+def test_lifting_validity():
+    fixed = WindowingStrategy.of(FixedWindows(10))
+    sums = {"s": (Sum(), "value")}
+    assert lifting(fixed, sums, _SCHEMA) is not None
+    assert lifting(WindowingStrategy.of(Sessions(5)), sums, _SCHEMA) is None
+    counted = WindowingStrategy.of(FixedWindows(10), AfterWatermark(late=AfterCount(1)))
+    assert lifting(counted, sums, _SCHEMA) is None
+    earliest = WindowingStrategy.of(FixedWindows(10), timestamp_combiner="earliest")
+    assert lifting(earliest, sums, _SCHEMA) is None
+    assert lifting(fixed, {"v": (ToList(), "value")}, _SCHEMA) is None
+    assert lifting(fixed, {"s": (Sum(), "name")}, _SCHEMA) is None  # not numeric
+    sliding = lifting(WindowingStrategy.of(SlidingWindows(10, 4)), sums, _SCHEMA)
+    assert sliding is not None and sliding.slice_size == 2000
+
+
 def test_timeline_steps_types():
     steps, types, key_type = timeline_steps(
         [Bundle([1, 2], [10, 20], [0.5, 1.0]), ClockAdvance(5), WatermarkAdvance(30)]
@@ -178,7 +222,8 @@ def _collect_query(out, checkpoint, **kw):
     return query, got
 
 
-def test_bounded_watermark_from_spark(spark, tmp_path):
+@pytest.mark.parametrize("lift", [False, True])
+def test_bounded_watermark_from_spark(spark, tmp_path, lift):
     src = str(tmp_path / "src")
     _write_parquet(
         src,
@@ -199,6 +244,7 @@ def test_bounded_watermark_from_spark(spark, tmp_path):
         strategy=WindowingStrategy.of(FixedWindows(10)),
         aggregations={"total": (Sum(), "score"), "n": (Count(), None)},
         watermark="2 seconds",
+        lift=lift,
     )
     query, got = _collect_query(out, str(tmp_path / "ck"))
     progress = query.recentProgress
@@ -210,9 +256,10 @@ def test_bounded_watermark_from_spark(spark, tmp_path):
     ]
     assert str(p1.window_end.iloc[0]) == "1970-01-01 00:00:10"
     d1 = got[("d", 1)]
+    score = "sum_score" if lift else "score"  # lifted: a partial aggregate
     assert list(d1.columns) == ["user", "window_start", "window_end", "event_time", "reason",
-                                "score"]
-    assert d1[["user", "reason", "score"]].values.tolist() == [["a", "late", 7]]
+                                "elements", score]
+    assert d1[["user", "reason", "elements", score]].values.tolist() == [["a", "late", 1, 7]]
     # The last batch has no data: the event-time timer of a's shard fires [10, 20)
     # once Spark's watermark reaches 23 s.
     last = progress[-1]
@@ -233,7 +280,7 @@ def test_multi_column_key_global_window(spark, tmp_path):
     pd.DataFrame(
         {
             "user": ["a", "a", "b", "a"],
-            "region": [1, 1, 1, 2],
+            "region": np.array([1, 1, 1, 2], dtype=np.int32),
             "ms": [10, 20, 30, 40],
             "v": [1.5, 2.5, 3.0, 4.0],
             "watermark_ms": [0, 0, 0, 0],
@@ -276,6 +323,7 @@ def test_dead_letters_and_panes_split(spark, tmp_path):
         strategy=WindowingStrategy.of(FixedWindows(10)),
         aggregations={"total": (Sum(), "value")},
         timestamps="ms",
+        lift=False,
     )
     batches: dict[int, pd.DataFrame] = {}
     query = (
@@ -291,15 +339,19 @@ def test_dead_letters_and_panes_split(spark, tmp_path):
     p = panes(sdf).toPandas()
     d = dead_letters(sdf).toPandas()
     assert sorted(zip(p.key, p.total, strict=True)) == [("a", 1.0), ("b", 3.0)]
-    assert d[["key", "window_start", "window_end", "event_time", "reason", "value"]
-             ].values.tolist() == [["a", 0, 10000, 2000, "late", 2.0]]
+    assert d[["key", "window_start", "window_end", "event_time", "reason", "elements", "value"]
+             ].values.tolist() == [["a", 0, 10000, 2000, "late", 1, 2.0]]
 
 
 # ---------------------------------------------------------------- recovery
 
 
 def _python_workers(spark) -> list[int]:
-    """Pids of the Python worker processes our JVM started."""
+    """Pids of the Python worker processes forked by our JVM's PySpark daemon.
+
+    The daemon itself stays: in local mode the executor is the driver JVM, and
+    a dead daemon is not restarted (a cluster would replace the executor).
+    """
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -311,18 +363,16 @@ def _python_workers(spark) -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], list(children.get(jvm_pid, []))
-    while todo:
-        pid = todo.pop()
+
+    def cmdline(pid: int) -> str:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                return f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
-            continue
-        if "pyspark" in cmd or "python" in cmd:
-            out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
+            return ""
+
+    daemons = [p for p in children.get(jvm_pid, []) if "pyspark.daemon" in cmdline(p)]
+    return [w for d in daemons for w in children.get(d, [])]
 
 
 def _long_timeline(path, n_steps=14):
@@ -392,6 +442,7 @@ def test_recovery_after_crash_and_stop(spark, tmp_path):
     ck = str(tmp_path / "ck-crash")
     seen: dict[int, pd.DataFrame] = {}
     crashed = threading.Event()
+    killed: list[int] = []
 
     def failing_sink(batch, batch_id):
         if batch_id == 5 and not crashed.is_set():
@@ -399,6 +450,7 @@ def test_recovery_after_crash_and_stop(spark, tmp_path):
             for pid in _python_workers(spark):
                 try:
                     os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
                 except ProcessLookupError:
                     pass
             raise RuntimeError("injected crash")
@@ -407,7 +459,7 @@ def test_recovery_after_crash_and_stop(spark, tmp_path):
     q = _recovery_query(spark, path, ck, failing_sink)
     with pytest.raises(Exception, match="injected crash"):
         q.awaitTermination(300)
-    assert crashed.is_set() and 5 not in seen
+    assert crashed.is_set() and killed and 5 not in seen
 
     # 3. Graceful stop mid-way (processing-time trigger), then finish.
     q = _recovery_query(spark, path, ck, failing_sink, processingTime="0 seconds")

@@ -144,8 +144,9 @@ def run_frame(
     else:
         key_codes, key_table = np.zeros(len(df), dtype=np.int64), None
     reducer = Reducer(strategy, aggregations)
+    values = df.drop(columns=list(key_cols))  # keys travel as codes; restored below
     if arrival_time is None:
-        emissions = [reducer.step(key_codes, ts, df, watermark=MAX_TIMESTAMP)]
+        emissions = [reducer.step(key_codes, ts, values, watermark=MAX_TIMESTAMP)]
     else:
         arrival = _millis(df[arrival_time]).to_numpy(np.int64)
         order = np.argsort(arrival, kind="stable")
@@ -153,10 +154,12 @@ def run_frame(
         emissions, seen = [], None
         for part in np.split(order, cuts[1:]):
             wm = None if seen is None or watermark_delay is None else seen - watermark_delay
-            frame = df.iloc[part]
-            emissions.append(
-                reducer.step(key_codes[part], ts[part], frame, watermark=wm, now=arrival[part[0]])
-            )
+            now = int(arrival[part[0]])
+            # As in Spark, the batch's watermark comes from earlier batches: it is
+            # advanced first, and the batch's rows are judged late against it.
+            before = reducer.advance_watermark(wm, now) if wm is not None else None
+            em = reducer.step(key_codes[part], ts[part], values.iloc[part], now=now)
+            emissions.append(Emission.concat([before, em]) if before is not None else em)
             batch_max = int(ts[part].max())
             seen = batch_max if seen is None else max(seen, batch_max)
         emissions.append(reducer.step(watermark=MAX_TIMESTAMP, now=int(arrival.max())))

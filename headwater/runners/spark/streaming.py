@@ -90,11 +90,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import cloudpickle
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from headwater.model import combiners as C
 from headwater.model import windows as W
@@ -103,6 +103,7 @@ from headwater.model.reducer import Emission, Reducer
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import to_millis
 from headwater.model.triggers import AfterCount, Trigger
+from headwater.runners.spark.processor import ShardProcessor
 from headwater.runners.spark.shard import aligned_shard_ids, shard_column
 
 #: Spark's timestamp range in epoch ms (0001-01-01 .. 9999-12-31T23:59:59.999).
@@ -133,7 +134,6 @@ _PROC = "__hw_proc"
 _N = "__hw_n"  # elements per (lifted) row
 _DROP = "dropped_"
 PACKET_SCHEMA = "shard INT, n BIGINT, payload BINARY"
-STATE_SCHEMA = "blob BINARY, timer BIGINT"
 
 Sink = Callable[[DataFrame, int], None]
 
@@ -239,6 +239,8 @@ def run_streaming(
     for name in aggs:
         if name in (*keys, "kind", "window_start", "window_end", "dropped", *dict(PANE_META)):
             raise ValueError(f"aggregation name {name!r} clashes with an output column")
+    if "elements" in input_cols or "reason" in input_cols:
+        raise ValueError("input columns named 'elements' or 'reason' clash with dead letters")
 
     proc_col: str | None
     if processing_time_col == "auto":
@@ -357,7 +359,7 @@ def run_streaming(
     )
     packets = flat.mapInArrow(_Packer(plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
-        statefulProcessor=ShardProcessor(plan),
+        statefulProcessor=ShardProcessor(cloudpickle.dumps(plan)),
         outputStructType=out_schema,
         outputMode="Append",
         timeMode="EventTime",
@@ -501,6 +503,7 @@ def _decode(result, keys, key_fields, raw_key, aggs, input_cols, timestamps) -> 
         F.col("kind") == "dropped",
         F.struct(
             F.col("reason").alias("reason"),
+            F.col(_DROP + "elements").alias("elements"),
             *[F.col(_DROP + c).alias(c) for c in input_cols],
         ),
     ).alias("dropped")
@@ -569,6 +572,10 @@ class _Packer:
             if pc.any(is_tick).as_py():
                 ticks = table.filter(is_tick).drop_columns([_SHARD])
                 table = table.filter(pc.invert(is_tick))
+        if self.plan.lift is not None:
+            table = self._lift(table)
+            if ticks is not None:
+                ticks = _conform(ticks, table.schema.remove(0))
         shard = table[_SHARD].to_numpy()
         order = np.argsort(shard, kind="stable")
         table = table.take(pa.array(order)).drop_columns([_SHARD])
@@ -599,6 +606,51 @@ class _Packer:
         )
 
 
+    def _lift(self, table: pa.Table) -> pa.Table:
+        """Pre-aggregate data rows per (shard, key, window slice)."""
+        lift = self.plan.lift
+        assert lift is not None
+        ts = table[_TS].to_numpy(zero_copy_only=False)
+        if lift.slice_size:
+            slice_start = ts - np.mod(ts - lift.slice_offset, lift.slice_size)
+        else:
+            slice_start = np.zeros(len(ts), dtype=np.int64)
+        table = table.append_column("__hw_slice", pa.array(slice_start, pa.int64()))
+        sum_opts = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
+        specs: list[tuple] = [(_TS, "min")]
+        for _, col, how in lift.partials:
+            if how == "sum":
+                specs.append((col, "sum", sum_opts))
+            elif how == "count":
+                specs.append((col, "count", pc.CountOptions(mode="only_valid")))
+            else:
+                specs.append((col, how))
+        specs.append(([], "count_all"))
+        extra = [c for c in (_KIND, _WM, _PROC) if c in table.column_names]
+        specs += [(c, "max") for c in extra]
+        grouped = table.group_by([_SHARD, _KEY, "__hw_slice"], use_threads=False).aggregate(specs)
+        names = [_TS] + [p for p, _, _ in lift.partials] + [_N] + extra
+        sources = [f"{_TS}_min"]
+        sources += [f"{col}_{how}" for _, col, how in lift.partials]
+        sources += ["count_all"] + [f"{c}_max" for c in extra]
+        columns = [grouped[_SHARD], grouped[_KEY]] + [grouped[c] for c in sources]
+        return pa.table(columns, names=[_SHARD, _KEY, *names])
+
+
+def _conform(ticks: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Control rows in the (lifted) packet schema: nulls, zero elements."""
+    n = ticks.num_rows
+    cols = []
+    for field in schema:
+        if field.name in ticks.column_names and field.name != _TS:
+            cols.append(ticks[field.name].cast(field.type))
+        elif field.name == _N:
+            cols.append(pa.array(np.zeros(n, dtype=np.int64)))
+        else:
+            cols.append(pa.nulls(n, field.type))
+    return pa.table(cols, schema=schema)
+
+
 def _unpack(frames) -> pa.Table | None:
     tables = []
     for pdf in frames:
@@ -612,32 +664,25 @@ def _unpack(frames) -> pa.Table | None:
 # ---------------------------------------------------------- the stateful part
 
 
-class ShardProcessor(StatefulProcessor):
-    """Runs one shard's :class:`Reducer` per micro-batch (grouping key: the shard)."""
+class ShardLogic:
+    """One shard's step per micro-batch: load the Reducer, apply the bundle and the
+    watermark / clock advances, save it, move the timer, emit (see ``processor.py``)."""
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, handle: Any, state: Any) -> None:
         self.plan = plan
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("reducer", STATE_SCHEMA)
+        self.state = state
 
-    def handleInputRows(self, key, rows, timerValues: TimerValues):
+    def input_rows(self, rows, tv: TimerValues):
         table = _profiled("unpack", _unpack, rows)
-        out = _profiled("step", self._step, table, timerValues, None)
+        out = _profiled("step", self._step, table, tv, None)
         if out is not None:
             yield out
 
-    def handleExpiredTimer(
-        self, key, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ):
-        expired = expiredTimerInfo.getExpiryTimeInMs()
-        out = _profiled("step", self._step, None, timerValues, expired)
+    def expired(self, tv: TimerValues, expired: int):
+        out = _profiled("step", self._step, None, tv, expired)
         if out is not None:
             yield out
-
-    def close(self) -> None:
-        pass
 
     # -- one step of one shard
     def _step(self, table: pa.Table | None, tv: TimerValues, expired: int | None):
@@ -724,16 +769,23 @@ class ShardProcessor(StatefulProcessor):
         out = pd.DataFrame({"kind": "pane", _KEY: panes["key"].to_numpy()})
         out["window_start"] = panes["window_start"].to_numpy(np.int64)
         out["window_end"] = panes["window_end"].to_numpy(np.int64)
-        for name in plan.aggregations:
-            col = panes[name]
+        for name, how, a, b in plan.outputs:
+            if how == "mean":
+                total = panes[a].to_numpy(np.float64)
+                count = panes[b].to_numpy(np.float64)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[name] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+                continue
+            col = panes[a]
             if name in plan.int_outputs:
                 col = pd.array(pd.to_numeric(col), dtype="Float64").astype("Int64")
             out[name] = col.to_numpy() if isinstance(col, pd.Series) else col
         for name, _ in PANE_META:
             out[name] = panes[name].to_numpy()
         out["reason"] = None
-        for c in plan.input_cols:
-            out[_DROP + c] = None
+        for f in plan.out_schema.fieldNames():
+            if f.startswith(_DROP):
+                out[f] = None
         return out
 
     def _dropped_frame(self, dropped: pd.DataFrame) -> pd.DataFrame:
@@ -741,14 +793,19 @@ class ShardProcessor(StatefulProcessor):
         out = pd.DataFrame({"kind": "dropped", _KEY: dropped["key"].to_numpy()})
         out["window_start"] = dropped["window_start"].to_numpy(np.int64)
         out["window_end"] = dropped["window_end"].to_numpy(np.int64)
-        for name in plan.aggregations:
+        for name, _, _, _ in plan.outputs:
             out[name] = None
         out["timestamp"] = dropped["timestamp"].to_numpy(np.int64)
         for name, _ in PANE_META[1:]:
             out[name] = None
         out["reason"] = dropped["reason"].to_numpy()
+        if plan.lift is not None:
+            out[_DROP + "elements"] = dropped[_N].to_numpy(np.int64)
+        else:
+            out[_DROP + "elements"] = 1
         for c in plan.input_cols:
-            out[_DROP + c] = dropped[c].to_numpy()
+            if c != _N:
+                out[_DROP + c] = dropped[c].to_numpy()
         return out
 
 
@@ -761,8 +818,10 @@ def panes(df: DataFrame) -> DataFrame:
 
 
 def dead_letters(df: DataFrame) -> DataFrame:
-    """The dropped elements: key columns, window, ``event_time``, reason and the
-    input columns the aggregations read."""
+    """The dropped elements: key columns, window, ``event_time``, reason,
+    ``elements`` (1; with combiner lifting the number of elements of the
+    partial aggregate) and the input columns the aggregations read (lifted:
+    the partial aggregates, named ``sum_<col>``, ``max_<col>``...)."""
     meta = {"kind", "dropped", "window_start", "window_end", "timestamp"}
     meta |= {n for n, _ in PANE_META}
     dropped_fields = df.schema["dropped"].dataType.fieldNames()
@@ -784,7 +843,7 @@ def observe_counts(df: DataFrame, name: str = "headwater") -> DataFrame:
     return df.observe(
         name,
         F.count(F.when(F.col("kind") == "pane", 1)).alias("panes"),
-        F.count(F.when(F.col("kind") == "dropped", 1)).alias("dropped"),
+        F.coalesce(F.sum(F.col("dropped.elements")), F.lit(0)).alias("dropped"),
     )
 
 

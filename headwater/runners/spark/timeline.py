@@ -125,8 +125,14 @@ def run_timeline(
     *,
     spark=None,
     num_shards: int | None = None,
+    lift: bool | str = False,
 ) -> list[Emission]:
-    """The emission of every step, computed by a Spark streaming query."""
+    """The emission of every step, computed by a Spark streaming query.
+
+    Combiner lifting is off by default, so dropped elements come back one by
+    one, exactly as the local runner reports them (with ``lift``, a dropped row
+    is a partial aggregate with an ``elements`` count).
+    """
     from headwater.runners.spark.streaming import run_streaming
 
     spark = spark or spark_session()
@@ -151,6 +157,7 @@ def run_timeline(
             watermark="punctuated",
             num_shards=num_shards,
             timestamps="ms",
+            lift=lift,
         )
         batches: dict[int, pd.DataFrame] = {}
 

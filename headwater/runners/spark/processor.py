@@ -1,0 +1,49 @@
+"""The stateful processor handed to ``transformWithStateInPandas``.
+
+This module imports only PySpark's streaming API. Spark starts a fresh Python
+process on the driver at every query start to run the processor's ``init``
+(to learn its state schemas); keeping pandas, pyarrow and the core out of
+that process saves about 0.3 s per query start. The runner's logic
+(:class:`headwater.runners.spark.streaming.ShardLogic`) and its plan (pickled
+with cloudpickle, so user combiners defined in ``__main__`` travel too) are
+loaded on first use, in the executors' reused Python workers.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+
+#: One value per shard: the Reducer's snapshot and the shard's event-time timer.
+STATE_SCHEMA = "blob BINARY, timer BIGINT"
+
+
+class ShardProcessor(StatefulProcessor):
+    """Runs one shard's Reducer per micro-batch (grouping key: the shard id)."""
+
+    def __init__(self, plan_blob: bytes) -> None:
+        self.plan_blob = plan_blob
+        self._logic: Any = None
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("reducer", STATE_SCHEMA)
+        self._logic = None
+
+    def _impl(self) -> Any:
+        if self._logic is None:
+            from headwater.runners.spark.streaming import ShardLogic
+
+            self._logic = ShardLogic(pickle.loads(self.plan_blob), self.handle, self.state)
+        return self._logic
+
+    def handleInputRows(self, key, rows, timerValues):
+        yield from self._impl().input_rows(rows, timerValues)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        yield from self._impl().expired(timerValues, expiredTimerInfo.getExpiryTimeInMs())
+
+    def close(self) -> None:
+        self._logic = None

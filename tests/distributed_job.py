@@ -1,0 +1,556 @@
+"""Run headwater pipelines on a multi-process Spark cluster and compare with the local runner.
+
+Run by ``tests/test_distributed.py`` in a subprocess (the test suite's own
+SparkSession is a single-JVM ``local[2]``; a cluster needs a session of its own)::
+
+    python tests/distributed_job.py --summary OUT.json [--master MASTER] [--workdir DIR]
+
+The default master is ``local-cluster[2,1,1024]``: a standalone master and two
+workers inside the driver JVM, each worker launching its executor as a
+separate JVM process (with its own Python workers), as on a real cluster. It
+needs ``SPARK_HOME`` with ``bin/`` and ``jars/``: a pip-installed PySpark has
+both inside the package, so the job makes a private ``SPARK_HOME`` under its
+work directory with links to them (the workers write their ``work/``
+directories under ``SPARK_HOME``, which must not be the installed package).
+``--master spark://HOST:PORT`` runs on an already started standalone cluster
+(``scripts/cluster.sh``) instead.
+
+Phases, each compared with the local runner (pandas, in this process):
+
+* ``bounded_fixed`` / ``bounded_sessions``: ``hw.from_spark(df).window(...)
+  .group_by(...).agg(...).to_spark()`` over 20,000 rows in 8 partitions against
+  ``hw.from_pandas(...).to_pandas()`` on the same rows;
+* ``streaming_timeline``: a replayed timeline (punctuated watermarks, early,
+  on-time, late and dropped data, retractions) through
+  :func:`headwater.runners.spark.timeline.run_timeline` with 4 state shards,
+  against ``LocalRunner.run_steps``, step by step;
+* ``streaming_restart``: the same timeline through the public API
+  (``from_spark(replay).window(...).start(checkpoint_location=...)``), stopped
+  after part of the timeline and restarted from its checkpoint (state reloaded
+  from the RocksDB checkpoint by whichever executor gets each shard),
+  against the local runner.
+
+For every phase the job records which executors ran its tasks (from Spark's
+status REST API), in particular the tasks of the stateful stages (one task per
+state shard). The summary is one JSON object, written to ``--summary`` and
+printed as the last line of stdout prefixed with ``HEADWATER_SUMMARY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NUM_SHARDS = 4
+SUMMARY_PREFIX = "HEADWATER_SUMMARY "
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+# ------------------------------------------------------------------ the cluster
+
+
+def private_spark_home(workdir: str) -> str:
+    """A SPARK_HOME for the pip-installed PySpark: links to its bin/ and jars/."""
+    import pyspark
+
+    package = os.path.dirname(os.path.abspath(pyspark.__file__))
+    home = os.path.join(workdir, "spark-home")
+    os.makedirs(home, exist_ok=True)
+    for name in ("bin", "jars", "sbin", "python"):
+        target = os.path.join(package, name)
+        link = os.path.join(home, name)
+        if os.path.exists(target) and not os.path.lexists(link):
+            os.symlink(target, link)
+    return home
+
+
+def start_session(master: str, workdir: str):
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # driver, workers and executors on loopback
+    if master.startswith("local-cluster"):
+        os.environ["SPARK_HOME"] = private_spark_home(workdir)
+    from pyspark.sql import SparkSession
+
+    conf = {
+        "spark.master": master,
+        "spark.app.name": "headwater-distributed",
+        "spark.driver.memory": "1g",
+        "spark.executor.memory": "768m",
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        # The status REST API (which executor ran which task) needs the UI server.
+        "spark.ui.enabled": "true",
+        "spark.ui.port": "0",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(NUM_SHARDS),
+        "spark.locality.wait": os.environ.get("HEADWATER_LOCALITY_WAIT", "3s"),
+        "spark.default.parallelism": "4",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
+        "spark.local.dir": os.path.join(workdir, "local"),
+        "spark.sql.warehouse.dir": os.path.join(workdir, "warehouse"),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={os.path.join(workdir, 'derby')}",
+    }
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+class Status:
+    """Spark's status REST API of the running application."""
+
+    def __init__(self, spark) -> None:
+        self.sc = spark.sparkContext
+        self.base = f"{self.sc.uiWebUrl}/api/v1/applications/{self.sc.applicationId}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.base + path, timeout=30) as resp:
+            return json.load(resp)
+
+    def drain(self) -> None:
+        """Wait until the status listener has seen every event posted so far."""
+        try:
+            self.sc._jsc.sc().listenerBus().waitUntilEmpty()
+        except Exception:  # noqa: BLE001 - an internal API; fall back to a pause
+            time.sleep(2)
+
+    def executors(self) -> list[dict]:
+        return [e for e in self.get("/executors") if e["id"] != "driver"]
+
+    def wait_for_executors(self, n: int, timeout: float = 120) -> list[dict]:
+        deadline = time.time() + timeout
+        while True:
+            active = [e for e in self.executors() if e.get("isActive", True)]
+            if len(active) >= n or time.time() > deadline:
+                return active
+            time.sleep(0.5)
+
+    def job_ids(self) -> set[int]:
+        self.drain()
+        return {j["jobId"] for j in self.get("/jobs")}
+
+    def tasks_since(self, before: set[int], stateful_tasks: int | None = None) -> dict:
+        """Executors that ran the tasks of the jobs started after ``before``.
+
+        ``stateful_tasks``: the task count of the stateful stages (one task per
+        state shard); their partitions are mapped to the executors that ran them.
+        """
+        self.drain()
+        jobs = [j for j in self.get("/jobs") if j["jobId"] not in before]
+        per_executor: dict[str, int] = {}
+        stateful: dict[str, int] = {}
+        shard_executors: dict[int, set[str]] = {}
+        n_stages = 0
+        for stage_id in sorted({s for j in jobs for s in j["stageIds"]}):
+            try:
+                attempts = self.get(f"/stages/{stage_id}?details=true")
+            except Exception:  # noqa: BLE001 - a skipped stage has no attempt
+                continue
+            for attempt in attempts:
+                tasks = (attempt.get("tasks") or {}).values()
+                if not tasks:
+                    continue
+                n_stages += 1
+                is_stateful = stateful_tasks is not None and attempt["numTasks"] == stateful_tasks
+                for t in tasks:
+                    if t.get("status") != "SUCCESS":
+                        continue
+                    ex = t["executorId"]
+                    per_executor[ex] = per_executor.get(ex, 0) + 1
+                    if is_stateful:
+                        stateful[ex] = stateful.get(ex, 0) + 1
+                        shard_executors.setdefault(int(t["index"]), set()).add(ex)
+        return {
+            "jobs": len(jobs),
+            "stages": n_stages,
+            "tasks_per_executor": per_executor,
+            "executors": sorted(per_executor),
+            "stateful_tasks_per_executor": stateful,
+            "stateful_executors": sorted(stateful),
+            "partition_executors": {str(k): sorted(v) for k, v in sorted(shard_executors.items())},
+        }
+
+
+def _probe(_: Any):
+    """In a Python worker: the executor id of the JVM that started it, and pids."""
+    from pyspark import TaskContext
+
+    pid = os.getpid()
+    executor, jvm_pid, proc = None, None, pid
+    for _level in range(6):  # worker -> (daemon) -> executor JVM
+        try:
+            with open(f"/proc/{proc}/stat") as f:
+                proc = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            break
+        if "--executor-id" in args:
+            executor = args[args.index("--executor-id") + 1]
+            jvm_pid = proc
+            break
+    yield {
+        "partition": TaskContext.get().partitionId(),
+        "python_pid": pid,
+        "executor_id": executor,
+        "executor_jvm_pid": jvm_pid,
+    }
+
+
+def probe_executors(spark) -> dict:
+    rows = spark.sparkContext.parallelize(range(8), 8).mapPartitions(_probe).collect()
+    return {
+        "driver_pid": os.getpid(),
+        "executor_ids": sorted({r["executor_id"] for r in rows if r["executor_id"] is not None}),
+        "executor_jvm_pids": sorted({r["executor_jvm_pid"] for r in rows if r["executor_jvm_pid"]}),
+        "python_pids": sorted({r["python_pid"] for r in rows}),
+        "unresolved": sum(r["executor_id"] is None for r in rows),
+    }
+
+
+# ---------------------------------------------------------------- comparisons
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return tuple(sorted((_norm(x) for x in v), key=repr))
+    if isinstance(v, pd.Timestamp):
+        return v.tz_localize(None).value // 1_000_000 if v.tzinfo else v.value // 1_000_000
+    if isinstance(v, (float, np.floating)):
+        return None if np.isnan(v) else round(float(v), 6)
+    if isinstance(v, np.generic):
+        return v.item()
+    if v is pd.NaT:
+        return None
+    return v
+
+
+def _rows(df: pd.DataFrame, cols: list[str]) -> list[tuple]:
+    return sorted(
+        (tuple(_norm(v) for v in r) for r in df[cols].itertuples(index=False)), key=repr
+    )
+
+
+def compare(got: pd.DataFrame, want: pd.DataFrame, cols: list[str]) -> dict:
+    g, w = _rows(got, cols), _rows(want, cols)
+    out = {"rows_spark": len(g), "rows_local": len(w), "equal": g == w}
+    if g != w:
+        gs, ws = set(g), set(w)
+        out["only_spark"] = [repr(r) for r in sorted(gs - ws, key=repr)[:5]]
+        out["only_local"] = [repr(r) for r in sorted(ws - gs, key=repr)[:5]]
+    return out
+
+
+# ---------------------------------------------------------------------- data
+
+
+def bounded_data(n: int = 20_000, seed: int = 7) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    start = pd.Timestamp("2026-01-01 00:00:00")
+    # Clustered event times so that sessions both merge and split.
+    ts = start + pd.to_timedelta(np.sort(rng.integers(0, 4 * 3600, n)), unit="s")
+    return pd.DataFrame({
+        "team": rng.choice([f"team{i:02d}" for i in range(40)], n),
+        "score": rng.integers(0, 100, n).astype("int64"),
+        "ts": ts.values,
+    }).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def timeline(seed: int = 11, n_steps: int = 24, n_keys: int = 24):
+    """Bundles of random keys and values, clock and watermark advances, late and
+    too-late data."""
+    from headwater.model.time import MAX_TIMESTAMP
+    from headwater.runners.local import Bundle, ClockAdvance, WatermarkAdvance
+
+    rnd = random.Random(seed)
+    keys = [f"k{i:02d}" for i in range(n_keys)]
+    steps: list = []
+    now, wm = 0, 0
+    for i in range(n_steps):
+        kind = i % 4
+        if kind in (0, 1):
+            n = rnd.randint(8, 30)
+            # Mostly near the watermark, some behind it (late; some beyond the lateness).
+            ts = [max(0, wm + rnd.randint(-40_000, 30_000)) for _ in range(n)]
+            steps.append(Bundle([rnd.choice(keys) for _ in range(n)], ts,
+                                [rnd.randint(1, 50) for _ in range(n)]))
+        elif kind == 2:
+            now += rnd.randint(2_000, 9_000)
+            steps.append(ClockAdvance(now))
+        else:
+            wm += rnd.randint(8_000, 20_000)
+            steps.append(WatermarkAdvance(wm))
+    steps.append(WatermarkAdvance(MAX_TIMESTAMP))
+    return steps
+
+
+def streaming_strategy():
+    from headwater.model.combiners import Count, Max, Sum
+    from headwater.model.strategy import WindowingStrategy
+    from headwater.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark
+    from headwater.model.windows import FixedWindows
+
+    strategy = WindowingStrategy.of(
+        FixedWindows(10),
+        AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)),
+        allowed_lateness=20,
+        accumulation="retracting",
+    )
+    aggregations = {"total": (Sum(), "value"), "n": (Count(), None), "top": (Max(), "value")}
+    return strategy, aggregations
+
+
+# -------------------------------------------------------------------- phases
+
+
+def phase_bounded(spark, status: Status, pdf: pd.DataFrame, window_fn, aggs: dict) -> dict:
+    import headwater as hw
+
+    sdf = spark.createDataFrame(pdf).repartition(8)
+    assert sdf.rdd.getNumPartitions() == 8
+    before = status.job_ids()
+    t0 = time.time()
+    spark.sparkContext.setJobGroup("headwater-bounded", "bounded pipeline")
+    got = (hw.from_spark(sdf, event_time="ts").window(window_fn)
+           .group_by("team").agg(**aggs()).to_spark().toPandas())
+    seconds = time.time() - t0
+    want = (hw.from_pandas(pdf, event_time="ts").window(window_fn)
+            .group_by("team").agg(**aggs()).to_pandas())
+    cols = list(want.columns)
+    out = {"rows_in": len(pdf), "partitions": 8, "seconds": round(seconds, 2)}
+    missing = [c for c in cols if c not in got.columns]
+    if missing:
+        out.update(equal=False, error=f"columns missing on Spark: {missing}")
+    else:
+        out.update(compare(got, want, cols))
+    out["cluster"] = status.tasks_since(before)
+    return out
+
+
+def _emission_rows(emissions, names: list[str]) -> tuple[list, list]:
+    pane_cols = ["key", "window_start", "window_end", *names, "timestamp", "pane_index",
+                 "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"]
+    drop_cols = ["key", "timestamp", "window_start", "window_end", "reason"]
+    panes, drops = [], []
+    for i, em in enumerate(emissions):
+        panes += [(i, *r) for r in _rows(em.panes, pane_cols)] if len(em.panes) else []
+        drops += [(i, *r) for r in _rows(em.dropped, drop_cols)] if len(em.dropped) else []
+    return panes, drops
+
+
+def _diff_steps(got: list, want: list) -> list[int]:
+    steps = {r[0] for r in got} | {r[0] for r in want}
+    return sorted(s for s in steps
+                  if [r for r in got if r[0] == s] != [r for r in want if r[0] == s])
+
+
+def phase_timeline(spark, status: Status) -> dict:
+    from headwater.runners.local import LocalRunner
+    from headwater.runners.spark.timeline import run_timeline
+
+    strategy, aggregations = streaming_strategy()
+    steps = timeline()
+    want = LocalRunner().run_steps(strategy, aggregations, steps)
+    before = status.job_ids()
+    t0 = time.time()
+    got = run_timeline(strategy, aggregations, steps, spark=spark, num_shards=NUM_SHARDS)
+    seconds = time.time() - t0
+    names = list(aggregations)
+    gp, gd = _emission_rows(got, names)
+    wp, wd = _emission_rows(want, names)
+    out = {
+        "steps": len(steps),
+        "seconds": round(seconds, 2),
+        "panes_spark": len(gp), "panes_local": len(wp),
+        "dropped_spark": len(gd), "dropped_local": len(wd),
+        "keys": len({r[1] for r in wp}),
+        "equal": gp == wp and gd == wd,
+    }
+    if not out["equal"]:
+        out["mismatched_steps"] = _diff_steps(gp + gd, wp + wd)[:10]
+        out["only_spark"] = [repr(r) for r in sorted(set(gp) - set(wp), key=repr)[:5]]
+        out["only_local"] = [repr(r) for r in sorted(set(wp) - set(gp), key=repr)[:5]]
+    out["cluster"] = status.tasks_since(before, stateful_tasks=NUM_SHARDS)
+    return out
+
+
+def phase_restart(spark, status: Status, workdir: str, n_steps: int = 16, cut: int = 9) -> dict:
+    """The public API's ``start()`` with a checkpoint; stopped after ``cut`` steps,
+    restarted from the checkpoint for the rest."""
+    import headwater as hw
+    from headwater.io.replay import read_replay, write_timeline
+    from headwater.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark
+    from headwater.model.windows import FixedWindows
+    from headwater.runners.local import LocalRunner
+    from headwater.runners.spark.timeline import timeline_steps
+
+    strategy, aggregations = streaming_strategy()
+    steps = timeline(seed=23, n_steps=n_steps)
+    want = LocalRunner().run_steps(strategy, aggregations, steps)
+    replay_steps, types, key_type = timeline_steps(steps)
+    path = os.path.join(workdir, "restart.jsonl")
+    checkpoint = os.path.join(workdir, "restart-checkpoint")
+    panes: dict[int, pd.DataFrame] = {}
+    dropped: dict[int, pd.DataFrame] = {}
+
+    def run(n_steps: int) -> dict:
+        # The same file, first n_steps steps: offsets of earlier steps do not move.
+        write_timeline(path, replay_steps[:n_steps], columns=types, key_type=key_type)
+        df = read_replay(spark, path)
+        query = (hw.from_spark(df, event_time="ts", watermark="punctuated")
+                 .window(FixedWindows(10),
+                         trigger=AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)),
+                         allowed_lateness=20, accumulation="retracting")
+                 .group_by("key")
+                 .agg(total=hw.sum("value"), n=hw.count(), top=hw.max("value"))
+                 .start(checkpoint_location=checkpoint,
+                        panes_sink=lambda b, i: panes.__setitem__(i, b.toPandas()),
+                        dead_letter_sink=lambda b, i: dropped.__setitem__(i, b.toPandas()),
+                        trigger={"availableNow": True},
+                        num_shards=NUM_SHARDS))
+        try:
+            query.awaitTermination(600)
+        finally:
+            query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming query failed: {query.exception()}")
+        last = query.lastProgress or {}
+        durations = [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress]
+        return {"batches": len(query.recentProgress),
+                "batch_ms": durations,
+                "state_operators": [
+                    {k: op.get(k) for k in ("operatorName", "numRowsTotal", "numShufflePartitions",
+                                            "numStateStoreInstances")}
+                    for op in last.get("stateOperators", [])]}
+
+    before = status.job_ids()
+    t0 = time.time()
+    first = run(cut)
+    second = run(len(steps))
+    seconds = time.time() - t0
+    names = list(aggregations)
+    pane_cols = ["key", "window_start", "window_end", *names, "timestamp", "pane_index",
+                 "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"]
+    gp = [(i, *r) for i, b in sorted(panes.items()) if len(b) for r in _rows(b, pane_cols)]
+    wp = [(i, *r) for i, e in enumerate(want) if len(e.panes) for r in _rows(e.panes, pane_cols)]
+    # A dead-letter row may stand for several elements (combiner lifting: ``elements``).
+    drop_cols = ["key", "window_start", "window_end", "reason"]
+    gd = sorted(((i, *r[:-1]) for i, b in sorted(dropped.items()) if len(b)
+                 for r in _rows(b, [*drop_cols, "elements"]) for _ in range(int(r[-1]))),
+                key=repr)
+    wd = [(i, *r) for i, e in enumerate(want)
+          if len(e.dropped) for r in _rows(e.dropped, drop_cols)]
+    out = {
+        "steps": len(steps),
+        "cut": cut,
+        "seconds": round(seconds, 2),
+        "batch_ids": sorted(set(panes) | set(dropped)),
+        "first_run": first,
+        "second_run": second,
+        "panes_spark": len(gp), "panes_local": len(wp),
+        "dropped_spark": len(gd), "dropped_local": len(wd),
+        "equal": gp == wp and gd == wd,
+    }
+    if not out["equal"]:
+        out["mismatched_steps"] = _diff_steps(gp + gd, wp + wd)[:10]
+        out["only_spark"] = [repr(r) for r in sorted(set(gp) - set(wp), key=repr)[:5]]
+        out["only_local"] = [repr(r) for r in sorted(set(wp) - set(gp), key=repr)[:5]]
+    out["cluster"] = status.tasks_since(before, stateful_tasks=NUM_SHARDS)
+    return out
+
+
+def _fixed_aggs():
+    import headwater as hw
+
+    return {"total": hw.sum("score"), "n": hw.count(), "avg": hw.mean("score"),
+            "lo": hw.min("score"), "hi": hw.max("score")}
+
+
+def _session_aggs():
+    import headwater as hw
+
+    return {"total": hw.sum("score"), "n": hw.count()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--master", default="local-cluster[2,1,1024]")
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--summary", default=None, help="write the JSON summary here")
+    parser.add_argument("--phases", default="bounded,timeline,restart")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="headwater-distributed-")
+    os.makedirs(workdir, exist_ok=True)
+    phases = set(args.phases.split(","))
+
+    import headwater as hw
+
+    t0 = time.time()
+    summary: dict[str, Any] = {"master": args.master, "workdir": workdir}
+    spark = start_session(args.master, workdir)
+    try:
+        status = Status(spark)
+        summary["spark_version"] = spark.version
+        summary["startup_seconds"] = round(time.time() - t0, 2)
+        summary["executors"] = [
+            {"id": e["id"], "hostPort": e["hostPort"], "isActive": e.get("isActive")}
+            for e in status.wait_for_executors(2)
+        ]
+        summary["probe"] = probe_executors(spark)
+
+        def attempt(name: str, fn, *a) -> None:
+            try:
+                summary[name] = fn(*a)
+            except Exception as exc:  # noqa: BLE001 - reported in the summary
+                summary[name] = {"equal": False, "error": f"{type(exc).__name__}: {exc}",
+                                 "traceback": traceback.format_exc()[-4000:]}
+
+        if "bounded" in phases:
+            pdf = bounded_data()
+            attempt("bounded_fixed", phase_bounded, spark, status, pdf,
+                    hw.FixedWindows("5 minutes"), _fixed_aggs)
+            attempt("bounded_sessions", phase_bounded, spark, status, pdf,
+                    hw.Sessions("30 seconds"), _session_aggs)
+        if "timeline" in phases:
+            attempt("streaming_timeline", phase_timeline, spark, status)
+        if "restart" in phases:
+            attempt("streaming_restart", phase_restart, spark, status, workdir)
+        summary["executors_final"] = [
+            {"id": e["id"], "totalTasks": e.get("totalTasks"), "failedTasks": e.get("failedTasks"),
+             "isActive": e.get("isActive")}
+            for e in status.get("/allexecutors") if e["id"] != "driver"
+        ]
+    finally:
+        spark.stop()
+    summary["total_seconds"] = round(time.time() - t0, 2)
+    text = json.dumps(summary, default=str)
+    if args.summary:
+        with open(args.summary, "w", encoding="utf-8") as f:
+            f.write(text)
+    print(SUMMARY_PREFIX + text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
