@@ -79,6 +79,9 @@ def start_session(master: str, workdir: str):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # driver, workers and executors on loopback
+    # The workers give their executors scratch directories (shuffle files, RocksDB
+    # working copies) under SPARK_LOCAL_DIRS, overriding spark.local.dir.
+    os.environ["SPARK_LOCAL_DIRS"] = os.path.join(workdir, "local")
     if master.startswith("local-cluster"):
         os.environ["SPARK_HOME"] = private_spark_home(workdir)
     from pyspark.sql import SparkSession
@@ -222,6 +225,8 @@ def probe_executors(spark) -> dict:
     rows = spark.sparkContext.parallelize(range(8), 8).mapPartitions(_probe).collect()
     return {
         "driver_pid": os.getpid(),
+        "executor_pids": {r["executor_id"]: r["executor_jvm_pid"] for r in rows
+                          if r["executor_id"] is not None},
         "executor_ids": sorted({r["executor_id"] for r in rows if r["executor_id"] is not None}),
         "executor_jvm_pids": sorted({r["executor_jvm_pid"] for r in rows if r["executor_jvm_pid"]}),
         "python_pids": sorted({r["python_pid"] for r in rows}),
@@ -395,40 +400,61 @@ def phase_timeline(spark, status: Status) -> dict:
     return out
 
 
-def phase_restart(spark, status: Status, workdir: str, n_steps: int = 16, cut: int = 9) -> dict:
-    """The public API's ``start()`` with a checkpoint; stopped after ``cut`` steps,
-    restarted from the checkpoint for the rest."""
+def _api_query(spark, path: str, checkpoint: str, panes_sink, dead_letter_sink) -> Any:
+    """The streaming pipeline through the public API, started on a replay file."""
     import headwater as hw
-    from headwater.io.replay import read_replay, write_timeline
+    from headwater.io.replay import read_replay
     from headwater.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark
     from headwater.model.windows import FixedWindows
-    from headwater.runners.local import LocalRunner
-    from headwater.runners.spark.timeline import timeline_steps
 
-    strategy, aggregations = streaming_strategy()
-    steps = timeline(seed=23, n_steps=n_steps)
-    want = LocalRunner().run_steps(strategy, aggregations, steps)
-    replay_steps, types, key_type = timeline_steps(steps)
-    path = os.path.join(workdir, "restart.jsonl")
-    checkpoint = os.path.join(workdir, "restart-checkpoint")
-    panes: dict[int, pd.DataFrame] = {}
-    dropped: dict[int, pd.DataFrame] = {}
+    df = read_replay(spark, path)
+    return (hw.from_spark(df, event_time="ts", watermark="punctuated")
+            .window(FixedWindows(10),
+                    trigger=AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)),
+                    allowed_lateness=20, accumulation="retracting")
+            .group_by("key")
+            .agg(total=hw.sum("value"), n=hw.count(), top=hw.max("value"))
+            .start(checkpoint_location=checkpoint, panes_sink=panes_sink,
+                   dead_letter_sink=dead_letter_sink, trigger={"availableNow": True},
+                   num_shards=NUM_SHARDS))
 
-    def run(n_steps: int) -> dict:
-        # The same file, first n_steps steps: offsets of earlier steps do not move.
-        write_timeline(path, replay_steps[:n_steps], columns=types, key_type=key_type)
-        df = read_replay(spark, path)
-        query = (hw.from_spark(df, event_time="ts", watermark="punctuated")
-                 .window(FixedWindows(10),
-                         trigger=AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)),
-                         allowed_lateness=20, accumulation="retracting")
-                 .group_by("key")
-                 .agg(total=hw.sum("value"), n=hw.count(), top=hw.max("value"))
-                 .start(checkpoint_location=checkpoint,
-                        panes_sink=lambda b, i: panes.__setitem__(i, b.toPandas()),
-                        dead_letter_sink=lambda b, i: dropped.__setitem__(i, b.toPandas()),
-                        trigger={"availableNow": True},
-                        num_shards=NUM_SHARDS))
+
+class _ApiRun:
+    """A timeline played through :func:`_api_query`, one or more times (restarts)
+    on one checkpoint, its panes and dead letters collected per batch id."""
+
+    def __init__(self, spark, workdir: str, name: str, steps: list) -> None:
+        from headwater.runners.local import LocalRunner
+        from headwater.runners.spark.timeline import timeline_steps
+
+        self.spark = spark
+        self.strategy, self.aggregations = streaming_strategy()
+        self.steps = steps
+        self.want = LocalRunner().run_steps(self.strategy, self.aggregations, steps)
+        self.replay_steps, self.types, self.key_type = timeline_steps(steps)
+        self.path = os.path.join(workdir, f"{name}.jsonl")
+        self.checkpoint = os.path.join(workdir, f"{name}-checkpoint")
+        self.panes: dict[int, pd.DataFrame] = {}
+        self.dropped: dict[int, pd.DataFrame] = {}
+        self.on_panes = None  # hook: f(batch_id) after a batch's panes are collected
+
+    def _panes_sink(self, batch, batch_id: int) -> None:
+        self.panes[batch_id] = batch.toPandas()
+        if self.on_panes is not None:
+            self.on_panes(batch_id)
+
+    def _dropped_sink(self, batch, batch_id: int) -> None:
+        self.dropped[batch_id] = batch.toPandas()
+
+    def run(self, n_steps: int) -> dict:
+        """Play the first ``n_steps`` steps (the same file, cut: offsets of earlier
+        steps do not move, so a restart continues where the last run stopped)."""
+        from headwater.io.replay import write_timeline
+
+        write_timeline(self.path, self.replay_steps[:n_steps], columns=self.types,
+                       key_type=self.key_type)
+        query = _api_query(self.spark, self.path, self.checkpoint,
+                           self._panes_sink, self._dropped_sink)
         try:
             query.awaitTermination(600)
         finally:
@@ -436,47 +462,96 @@ def phase_restart(spark, status: Status, workdir: str, n_steps: int = 16, cut: i
         if query.exception() is not None:
             raise RuntimeError(f"streaming query failed: {query.exception()}")
         last = query.lastProgress or {}
-        durations = [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress]
-        return {"batches": len(query.recentProgress),
-                "batch_ms": durations,
-                "state_operators": [
-                    {k: op.get(k) for k in ("operatorName", "numRowsTotal", "numShufflePartitions",
-                                            "numStateStoreInstances")}
-                    for op in last.get("stateOperators", [])]}
+        return {
+            "batches": len(query.recentProgress),
+            "batch_ms": [p["durationMs"].get("triggerExecution", 0)
+                         for p in query.recentProgress],
+            "state_operators": [
+                {k: op.get(k) for k in ("operatorName", "numRowsTotal", "numShufflePartitions",
+                                        "numStateStoreInstances")}
+                for op in last.get("stateOperators", [])],
+        }
 
+    def compare(self) -> dict:
+        names = list(self.aggregations)
+        pane_cols = ["key", "window_start", "window_end", *names, "timestamp", "pane_index",
+                     "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"]
+        gp = [(i, *r) for i, b in sorted(self.panes.items()) if len(b)
+              for r in _rows(b, pane_cols)]
+        wp = [(i, *r) for i, e in enumerate(self.want) if len(e.panes)
+              for r in _rows(e.panes, pane_cols)]
+        # A dead-letter row may stand for several elements (combiner lifting: ``elements``).
+        drop_cols = ["key", "window_start", "window_end", "reason"]
+        gd = sorted(((i, *r[:-1]) for i, b in sorted(self.dropped.items()) if len(b)
+                     for r in _rows(b, [*drop_cols, "elements"]) for _ in range(int(r[-1]))),
+                    key=repr)
+        wd = [(i, *r) for i, e in enumerate(self.want) if len(e.dropped)
+              for r in _rows(e.dropped, drop_cols)]
+        out = {
+            "steps": len(self.steps),
+            "batch_ids": sorted(set(self.panes) | set(self.dropped)),
+            "panes_spark": len(gp), "panes_local": len(wp),
+            "dropped_spark": len(gd), "dropped_local": len(wd),
+            "equal": gp == wp and gd == wd,
+        }
+        if not out["equal"]:
+            out["mismatched_steps"] = _diff_steps(gp + gd, wp + wd)[:10]
+            out["only_spark"] = [repr(r) for r in sorted(set(gp) - set(wp), key=repr)[:5]]
+            out["only_local"] = [repr(r) for r in sorted(set(wp) - set(gp), key=repr)[:5]]
+        return out
+
+
+def _moved_shards(cluster: dict) -> list[str]:
+    """State shards run by more than one executor (state loaded from the checkpoint
+    by an executor that had not held it before)."""
+    return sorted(p for p, ex in cluster["partition_executors"].items() if len(ex) > 1)
+
+
+def phase_restart(spark, status: Status, workdir: str, n_steps: int = 16, cut: int = 9) -> dict:
+    """The public API's ``start()`` with a checkpoint; stopped after ``cut`` steps,
+    restarted from the checkpoint for the rest."""
+    run = _ApiRun(spark, workdir, "restart", timeline(seed=23, n_steps=n_steps))
     before = status.job_ids()
     t0 = time.time()
-    first = run(cut)
-    second = run(len(steps))
-    seconds = time.time() - t0
-    names = list(aggregations)
-    pane_cols = ["key", "window_start", "window_end", *names, "timestamp", "pane_index",
-                 "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"]
-    gp = [(i, *r) for i, b in sorted(panes.items()) if len(b) for r in _rows(b, pane_cols)]
-    wp = [(i, *r) for i, e in enumerate(want) if len(e.panes) for r in _rows(e.panes, pane_cols)]
-    # A dead-letter row may stand for several elements (combiner lifting: ``elements``).
-    drop_cols = ["key", "window_start", "window_end", "reason"]
-    gd = sorted(((i, *r[:-1]) for i, b in sorted(dropped.items()) if len(b)
-                 for r in _rows(b, [*drop_cols, "elements"]) for _ in range(int(r[-1]))),
-                key=repr)
-    wd = [(i, *r) for i, e in enumerate(want)
-          if len(e.dropped) for r in _rows(e.dropped, drop_cols)]
-    out = {
-        "steps": len(steps),
-        "cut": cut,
-        "seconds": round(seconds, 2),
-        "batch_ids": sorted(set(panes) | set(dropped)),
-        "first_run": first,
-        "second_run": second,
-        "panes_spark": len(gp), "panes_local": len(wp),
-        "dropped_spark": len(gd), "dropped_local": len(wd),
-        "equal": gp == wp and gd == wd,
-    }
-    if not out["equal"]:
-        out["mismatched_steps"] = _diff_steps(gp + gd, wp + wd)[:10]
-        out["only_spark"] = [repr(r) for r in sorted(set(gp) - set(wp), key=repr)[:5]]
-        out["only_local"] = [repr(r) for r in sorted(set(wp) - set(gp), key=repr)[:5]]
+    first = run.run(cut)
+    second = run.run(len(run.steps))
+    out = {"cut": cut, "seconds": round(time.time() - t0, 2),
+           "first_run": first, "second_run": second, **run.compare()}
     out["cluster"] = status.tasks_since(before, stateful_tasks=NUM_SHARDS)
+    out["moved_shards"] = _moved_shards(out["cluster"])
+    return out
+
+
+def phase_executor_loss(spark, status: Status, workdir: str, n_steps: int = 12,
+                        kill_at: int = 5) -> dict:
+    """An executor JVM is killed (SIGKILL) in the middle of the query: in the
+    panes sink of batch ``kill_at``, while that batch's output is cached on the
+    executors and before its dead letters are read. Spark must recompute what
+    was lost, reload the lost shards' state from the checkpoint on the surviving
+    (or a replacement) executor, and the panes must still be exactly the local
+    runner's."""
+    run = _ApiRun(spark, workdir, "loss", timeline(seed=31, n_steps=n_steps))
+    pids = probe_executors(spark)["executor_pids"]
+    killed: dict[str, Any] = {}
+
+    def kill(batch_id: int) -> None:
+        if batch_id == kill_at and not killed:
+            victim = sorted(pids)[0]
+            killed.update(executor=victim, pid=pids[victim], at=time.time())
+            os.kill(pids[victim], 9)
+
+    run.on_panes = kill
+    before = status.job_ids()
+    t0 = time.time()
+    result = run.run(len(run.steps))
+    out = {"kill_at": kill_at, "killed": {k: v for k, v in killed.items() if k != "at"},
+           "seconds": round(time.time() - t0, 2), "run": result, **run.compare()}
+    out["cluster"] = status.tasks_since(before, stateful_tasks=NUM_SHARDS)
+    out["moved_shards"] = _moved_shards(out["cluster"])
+    out["executors_after"] = [
+        {"id": e["id"], "isActive": e.get("isActive"), "failedTasks": e.get("failedTasks"),
+         "totalTasks": e.get("totalTasks")}
+        for e in status.get("/allexecutors") if e["id"] != "driver"]
     return out
 
 
@@ -498,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--summary", default=None, help="write the JSON summary here")
-    parser.add_argument("--phases", default="bounded,timeline,restart")
+    parser.add_argument("--phases", default="bounded,restart",
+                        help="comma-separated: bounded, timeline, restart, executor_loss")
     args = parser.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="headwater-distributed-")
     os.makedirs(workdir, exist_ok=True)
@@ -536,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
             attempt("streaming_timeline", phase_timeline, spark, status)
         if "restart" in phases:
             attempt("streaming_restart", phase_restart, spark, status, workdir)
+        if "executor_loss" in phases:
+            attempt("streaming_executor_loss", phase_executor_loss, spark, status, workdir)
         summary["executors_final"] = [
             {"id": e["id"], "totalTasks": e.get("totalTasks"), "failedTasks": e.get("failedTasks"),
              "isActive": e.get("isActive")}

@@ -66,7 +66,9 @@ advances reach shards that got no data and fire their timers.
 Reading is stateless: the driver indexes the file once (byte offset,
 processing time and effective watermark of every step); a partition carries
 one step's byte range, which the executor reads and decodes into one Arrow
-record batch.
+record batch (so on a cluster the file must be readable at the same path on
+the executors). Offsets are ``{"step": n}`` (steps played), so a query
+restarted from its checkpoint resumes at the next step.
 """
 
 from __future__ import annotations

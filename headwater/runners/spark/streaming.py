@@ -18,11 +18,19 @@ Plan (per micro-batch)::
   columnar from the source to the reducer. Control ("tick") rows of a replay
   are copied into the packet of every shard, so a step without data still
   reaches every shard and fires its timers.
+* **combiner lifting** (when valid, see :func:`lifting`): the packer also
+  pre-aggregates its rows per (shard, key, window slice) with Arrow's
+  ``group_by`` (sum / min / max / non-null count, plus an element count), so
+  the shuffle and the reducer see partial aggregates. A streaming
+  ``groupBy().agg()`` would be a *stateful* Spark aggregation, so the
+  stateless per-batch partial aggregation has to happen in the packer.
 * **TWS**: grouped by shard; per shard and micro-batch the handler reads ONE
   ``ValueState`` (the shard's ``Reducer.snapshot()``), applies the bundle and
   the watermark / clock advances, writes the state once and moves its one
   event-time timer if needed: 2 to 4 state calls per shard per batch, never
-  one per key or window.
+  one per key or window. (The processor class lives in ``processor.py``,
+  which imports no pandas: Spark runs its ``init`` in a fresh driver process
+  at every query start.)
 * **decode**: keys, window bounds and timestamps back to Spark types.
 
 Watermarks
@@ -68,13 +76,19 @@ One streaming DataFrame; column ``kind`` is ``'pane'`` or ``'dropped'``::
 
     kind, <key columns>, window_start, window_end, <aggregations> | values,
     timestamp, pane_index, nonspeculative_index, timing, is_first, is_last,
-    is_retraction, dropped STRUCT<reason, <input columns>>
+    is_retraction, dropped STRUCT<reason, elements, <input columns>>
 
 For a dropped element ``timestamp`` is its event time and the pane columns are
-null. ``panes(df)`` / ``dead_letters(df)`` split a (micro-batch) DataFrame,
-``observe_counts`` adds named metrics (panes, dropped elements) to the query
-progress, and ``start_streaming`` wires both outputs to sinks with
-``foreachBatch``.
+null; ``elements`` is 1, or with combiner lifting the number of elements of
+the dropped partial aggregate (whose columns are then ``sum_<col>``,
+``min_<col>``, ``max_<col>``, ``count_<col>``). ``panes(df)`` /
+``dead_letters(df)`` split a (micro-batch) DataFrame, ``observe_counts``
+adds named metrics (panes, dropped elements) to the query progress, and
+``start_streaming`` wires both outputs to sinks with ``foreachBatch``.
+
+Profiling: with ``HEADWATER_PROFILE_DIR`` set when the SparkSession starts,
+every Python worker writes cProfile files of the packer and the shard steps
+there (``pack-<pid>.prof``, ``step-<pid>.prof``, ``unpack-<pid>.prof``).
 """
 
 from __future__ import annotations
@@ -675,14 +689,10 @@ class ShardLogic:
 
     def input_rows(self, rows, tv: TimerValues):
         table = _profiled("unpack", _unpack, rows)
-        out = _profiled("step", self._step, table, tv, None)
-        if out is not None:
-            yield out
+        yield from _profiled("step", self._step, table, tv, None)
 
     def expired(self, tv: TimerValues, expired: int):
-        out = _profiled("step", self._step, None, tv, expired)
-        if out is not None:
-            yield out
+        yield from _profiled("step", self._step, None, tv, expired)
 
     # -- one step of one shard
     def _step(self, table: pa.Table | None, tv: TimerValues, expired: int | None):
@@ -751,18 +761,24 @@ class ShardLogic:
         self.handle.registerTimer(want)
         return want
 
-    def _output(self, parts: list[Emission]) -> pd.DataFrame | None:
-        plan = self.plan
-        frames = []
-        for em in parts:
-            if len(em.panes):
-                frames.append(self._pane_frame(em.panes))
-            if len(em.dropped):
-                frames.append(self._dropped_frame(em.dropped))
-        if not frames:
-            return None
-        out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        return out[[f.name for f in plan.out_schema.fields]]
+    def _output(self, parts: list[Emission]) -> list[pd.DataFrame]:
+        """At most two frames (panes, dropped) in the output schema's column order.
+
+        The reducer's frames are concatenated first, while their columns are
+        typed; the all-null columns of the output are added after (concatenating
+        object columns of None makes pandas check every element).
+        """
+        names = [f.name for f in self.plan.out_schema.fields]
+        out = []
+        panes = [em.panes for em in parts if len(em.panes)]
+        if panes:
+            frame = panes[0] if len(panes) == 1 else pd.concat(panes, ignore_index=True)
+            out.append(self._pane_frame(frame)[names])
+        dropped = [em.dropped for em in parts if len(em.dropped)]
+        if dropped:
+            frame = dropped[0] if len(dropped) == 1 else pd.concat(dropped, ignore_index=True)
+            out.append(self._dropped_frame(frame)[names])
+        return out
 
     def _pane_frame(self, panes: pd.DataFrame) -> pd.DataFrame:
         plan = self.plan
