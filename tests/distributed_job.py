@@ -12,23 +12,27 @@ needs ``SPARK_HOME`` with ``bin/`` and ``jars/``: a pip-installed PySpark has
 both inside the package, so the job makes a private ``SPARK_HOME`` under its
 work directory with links to them (the workers write their ``work/``
 directories under ``SPARK_HOME``, which must not be the installed package).
-``--master spark://HOST:PORT`` runs on an already started standalone cluster
-(``scripts/cluster.sh``) instead.
+``--master`` takes another master URL (e.g. ``spark://HOST:PORT`` of a
+standalone cluster whose workers share this machine's filesystem: the replay
+files and checkpoints are local paths); the test uses the default.
 
 Phases, each compared with the local runner (pandas, in this process):
 
 * ``bounded_fixed`` / ``bounded_sessions``: ``hw.from_spark(df).window(...)
   .group_by(...).agg(...).to_spark()`` over 20,000 rows in 8 partitions against
   ``hw.from_pandas(...).to_pandas()`` on the same rows;
-* ``streaming_timeline``: a replayed timeline (punctuated watermarks, early,
-  on-time, late and dropped data, retractions) through
-  :func:`headwater.runners.spark.timeline.run_timeline` with 4 state shards,
-  against ``LocalRunner.run_steps``, step by step;
-* ``streaming_restart``: the same timeline through the public API
-  (``from_spark(replay).window(...).start(checkpoint_location=...)``), stopped
-  after part of the timeline and restarted from its checkpoint (state reloaded
-  from the RocksDB checkpoint by whichever executor gets each shard),
-  against the local runner.
+* ``streaming_restart`` (phase ``restart``): a replayed timeline (punctuated
+  watermarks; early, on-time, late and dropped data; retractions) through the
+  public API (``from_spark(replay).window(...).start(checkpoint_location=...)``,
+  4 state shards, RocksDB), stopped after part of the timeline and restarted
+  from its checkpoint (a shard's state is reloaded by whichever executor gets
+  it), against ``LocalRunner.run_steps``, batch by batch;
+* ``streaming_executor_loss`` (phase ``executor_loss``): the same pipeline with
+  one executor JVM killed mid-query; Spark recomputes the lost work and the
+  lost shards' state comes back from the checkpoint: the panes must not change;
+* ``streaming_timeline`` (phase ``timeline``, not run by default): a timeline
+  through :func:`headwater.runners.spark.timeline.run_timeline` (the
+  transcript runner's path) with 4 shards, against the local runner.
 
 For every phase the job records which executors ran its tasks (from Spark's
 status REST API), in particular the tasks of the stateful stages (one task per
@@ -306,6 +310,14 @@ def timeline(seed: int = 11, n_steps: int = 24, n_keys: int = 24):
         else:
             wm += rnd.randint(8_000, 20_000)
             steps.append(WatermarkAdvance(wm))
+    # Always some data too late to keep: behind the watermark by more than a
+    # window (10 s) plus the allowed lateness (20 s).
+    wm += 60_000
+    steps.append(WatermarkAdvance(wm))
+    n = 4
+    steps.append(Bundle([rnd.choice(keys) for _ in range(n)],
+                        [wm - rnd.randint(31_000, 50_000) for _ in range(n)],
+                        [rnd.randint(1, 50) for _ in range(n)]))
     steps.append(WatermarkAdvance(MAX_TIMESTAMP))
     return steps
 
@@ -482,11 +494,12 @@ class _ApiRun:
               for r in _rows(e.panes, pane_cols)]
         # A dead-letter row may stand for several elements (combiner lifting: ``elements``).
         drop_cols = ["key", "window_start", "window_end", "reason"]
-        gd = sorted(((i, *r[:-1]) for i, b in sorted(self.dropped.items()) if len(b)
-                     for r in _rows(b, [*drop_cols, "elements"]) for _ in range(int(r[-1]))),
-                    key=repr)
+        gd = [(i, *r[:-1]) for i, b in sorted(self.dropped.items()) if len(b)
+              for r in _rows(b, [*drop_cols, "elements"]) for _ in range(int(r[-1]))]
         wd = [(i, *r) for i, e in enumerate(self.want) if len(e.dropped)
               for r in _rows(e.dropped, drop_cols)]
+        # Multisets of (batch, row...): one order for both sides.
+        gp, wp, gd, wd = (sorted(x, key=repr) for x in (gp, wp, gd, wd))
         out = {
             "steps": len(self.steps),
             "batch_ids": sorted(set(self.panes) | set(self.dropped)),
@@ -507,7 +520,7 @@ def _moved_shards(cluster: dict) -> list[str]:
     return sorted(p for p, ex in cluster["partition_executors"].items() if len(ex) > 1)
 
 
-def phase_restart(spark, status: Status, workdir: str, n_steps: int = 16, cut: int = 9) -> dict:
+def phase_restart(spark, status: Status, workdir: str, n_steps: int = 12, cut: int = 7) -> dict:
     """The public API's ``start()`` with a checkpoint; stopped after ``cut`` steps,
     restarted from the checkpoint for the rest."""
     run = _ApiRun(spark, workdir, "restart", timeline(seed=23, n_steps=n_steps))
@@ -522,8 +535,8 @@ def phase_restart(spark, status: Status, workdir: str, n_steps: int = 16, cut: i
     return out
 
 
-def phase_executor_loss(spark, status: Status, workdir: str, n_steps: int = 12,
-                        kill_at: int = 5) -> dict:
+def phase_executor_loss(spark, status: Status, workdir: str, n_steps: int = 10,
+                        kill_at: int = 4) -> dict:
     """An executor JVM is killed (SIGKILL) in the middle of the query: in the
     panes sink of batch ``kill_at``, while that batch's output is cached on the
     executors and before its dead letters are read. Spark must recompute what
@@ -573,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--summary", default=None, help="write the JSON summary here")
-    parser.add_argument("--phases", default="bounded,restart",
+    parser.add_argument("--phases", default="bounded,restart,executor_loss",
                         help="comma-separated: bounded, timeline, restart, executor_loss")
     args = parser.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="headwater-distributed-")

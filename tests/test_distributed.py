@@ -5,8 +5,9 @@ single-JVM ``local[2]``) with its own SparkSession on ``local-cluster[2,1,1024]`
 a standalone master and two workers, each worker launching its executor as a
 separate JVM with its own Python workers. It runs bounded pipelines and a
 streaming pipeline (replay source, punctuated watermarks, RocksDB state, 4
-state shards, a checkpoint, a stop and a restart from it), compares each with
-the local runner and reports which executors ran the work.
+state shards, a checkpoint, a stop and a restart from it; then an executor
+killed mid-query), compares each with the local runner and reports which
+executors ran the work.
 """
 
 from __future__ import annotations
@@ -101,3 +102,17 @@ def test_pipelines_on_a_two_executor_cluster(tmp_path):
     cluster = phase["cluster"]
     assert len(cluster["stateful_executors"]) >= 2, cluster
     assert sorted(cluster["partition_executors"]) == ["0", "1", "2", "3"], cluster
+
+    # An executor JVM killed mid-query (after batch 4 was computed and its output
+    # cached, before its dead letters were read): Spark recomputes the lost work,
+    # the killed executor's shards get their state back from the checkpoint, and
+    # every pane and dead letter is still the local runner's, exactly once.
+    phase = _check_phase(summary, "streaming_executor_loss")
+    assert phase["killed"], phase
+    assert phase["batch_ids"] == list(range(phase["steps"]))
+    assert phase["run"]["batches"] == phase["steps"]
+    assert phase["panes_spark"] == phase["panes_local"] > 0
+    assert phase["dropped_spark"] == phase["dropped_local"] > 0
+    after = {e["id"]: e for e in phase["executors_after"]}
+    assert after[phase["killed"]["executor"]]["isActive"] is False, after
+    assert sum(e["isActive"] for e in after.values()) >= 1, after

@@ -37,11 +37,16 @@ POSTGRES_ENV = "HEADWATER_TEST_POSTGRES"
 # its window closed (dropped: a dead letter).
 EVENTS = pd.DataFrame(
     [
-        ("a", 1000, 1, 1000), ("b", 2000, 2, 1000), ("a", 5000, 3, 1000),
-        ("a", 30000, 4, 2000), ("b", 9000, 5, 2000),
-        ("c", 50000, 6, 3000),
-        ("a", 12000, 7, 4000), ("a", 21000, 8, 4000),
-        ("b", 1000, 9, 5000), ("c", 47000, 10, 5000),
+        ("a", 1000, 1, 1000),
+        ("b", 2000, 2, 1000),
+        ("a", 5000, 3, 1000),
+        ("a", 30000, 4, 2000),
+        ("b", 9000, 5, 2000),
+        ("c", 50000, 6, 5000),
+        ("a", 12000, 7, 4000),
+        ("a", 21000, 8, 4000),
+        ("b", 1000, 9, 6000),
+        ("c", 47000, 10, 6000),
     ],
     columns=["user", "ts", "value", "arrival"],
 )
@@ -103,16 +108,19 @@ def _local(events=EVENTS, **kw):
 
 
 def _timeline(path, events=EVENTS) -> None:
-    """A replay of ``events`` with the local runner's watermark (TRANSCRIPTS rule 7):
-    one step per arrival time, the watermark after a step being the largest event
-    time of the earlier steps minus the delay; then the end of input."""
-    steps, seen = [], None
+    """A replay of ``events`` with the local runner's watermark: before each
+    arrival's rows, a step (at the previous arrival time) moves the watermark
+    to the largest event time of the earlier rows minus the delay, as Spark's
+    bounded out-of-orderness does; then the end of input."""
+    steps, seen, previous = [], None, None
     for arrival, part in events.groupby("arrival", sort=True):
-        step = {"proc_ms": int(arrival), "rows": part[["user", "ts", "value"]].values.tolist()}
         if seen is not None:
-            step["watermark_ms"] = seen - DELAY_MS
-        steps.append(step)
+            steps.append({"proc_ms": int(previous), "watermark_ms": seen - DELAY_MS})
+        steps.append(
+            {"proc_ms": int(arrival), "rows": part[["user", "ts", "value"]].values.tolist()}
+        )
         seen = max(seen if seen is not None else -(2**62), int(part.ts.max()))
+        previous = arrival
     steps.append({"proc_ms": int(events.arrival.max()), "watermark_ms": "inf"})
     write_timeline(path, steps, columns={"value": "bigint"})
 
@@ -192,7 +200,9 @@ def expected():
     changelog = local.to_pandas()
     dropped = local.dead_letters()
     kept = EVENTS.merge(
-        dropped[["ts", "value"]].drop_duplicates(), on=["ts", "value"], how="left",
+        dropped[["ts", "value"]].drop_duplicates(),
+        on=["ts", "value"],
+        how="left",
         indicator=True,
     )
     kept = kept[kept["_merge"] == "left_only"].drop(columns="_merge")
@@ -215,8 +225,7 @@ def expected():
 # ON_TIME pane, the streaming runner (``add_bundle`` then ``advance_watermark``) an
 # EARLY one (a's merged session [1000, 40000) here).
 COMMON_META = ["pane_index", "is_first", "is_last", "timestamp"]
-STORED_META = ["timestamp", "pane_index", "nonspeculative_index", "timing", "is_first",
-               "is_last"]
+STORED_META = ["timestamp", "pane_index", "nonspeculative_index", "timing", "is_first", "is_last"]
 
 
 def _check_table(table: pd.DataFrame, expected, changelog: pd.DataFrame) -> None:
@@ -268,8 +277,7 @@ def test_changelog_replays_to_the_results(streamed, expected):
 @pytest.mark.spark
 def test_dead_letters_hold_the_late_rows(streamed, expected):
     dead = streamed.dead.read()
-    assert list(dead.columns[:5]) == ["user", "window_start", "window_end", "event_time",
-                                      "reason"]
+    assert list(dead.columns[:5]) == ["user", "window_start", "window_end", "event_time", "reason"]
     want = expected.dropped.rename(columns={"timestamp": "event_time"})
     want = want.loc[:, ~want.columns.duplicated()]
     cols = ["user", "event_time", "window_start", "window_end", "reason", "value"]
@@ -282,20 +290,43 @@ def test_dead_letters_hold_the_late_rows(streamed, expected):
 def _pane_frame(rows, key="user"):
     return pd.DataFrame(
         rows,
-        columns=[key, "window_start", "window_end", "total", "timestamp", "pane_index",
-                 "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"],
+        columns=[
+            key,
+            "window_start",
+            "window_end",
+            "total",
+            "timestamp",
+            "pane_index",
+            "nonspeculative_index",
+            "timing",
+            "is_first",
+            "is_last",
+            "is_retraction",
+        ],
     )
 
 
 def _pane(user, start, end, total, pane_index, retraction=False, timing="EARLY"):
-    return (user, start, end, total, end - 1, pane_index, -1 if timing == "EARLY" else 0,
-            timing, pane_index == 0, False, retraction)
+    return (
+        user,
+        start,
+        end,
+        total,
+        end - 1,
+        pane_index,
+        -1 if timing == "EARLY" else 0,
+        timing,
+        pane_index == 0,
+        False,
+        retraction,
+    )
 
 
 @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
 def results(request, tmp_path):
     """A factory of current-results sinks on each backend (fresh tables)."""
     if request.param == "duckdb":
+
         def make(**kw):
             return duckdb_results(tmp_path / "r.duckdb", **kw)
 
@@ -326,7 +357,8 @@ def test_results_idempotent_per_batch_id(results):
     assert sink.write(b1, 1) and not sink.write(b1, 1) and not sink.write(b0, 0)
     table = sink.read()
     assert _rows(table, ["user", "total", "pane_index", "batch_id"]) == [
-        ("a", 8, 1, 1), ("b", 1, 0, 0)
+        ("a", 8, 1, 1),
+        ("b", 1, 0, 0),
     ]
     assert sink.last_batch_id() == 1
     # A new writer on the same table (e.g. after a restart) knows the applied batches.
@@ -337,22 +369,31 @@ def test_results_idempotent_per_batch_id(results):
 
 def test_results_pane_order_within_a_batch(results):
     sink = results()
-    sink.write(_pane_frame([_pane("a", 0, 10, 1, 0), _pane("b", 0, 10, 2, 0),
-                            _pane("c", 0, 10, 3, 0)]), 0)
-    batch = _pane_frame([
-        # a: pane 1 then pane 2 in one batch, rows in any order: the latest pane wins
-        _pane("a", 0, 10, 9, 2), _pane("a", 0, 10, 1, 0, retraction=True),
-        _pane("a", 0, 10, 5, 1), _pane("a", 0, 10, 5, 1, retraction=True),
-        # b: retracted with no replacement (merged into a new session): deleted
-        _pane("b", 0, 10, 2, 0, retraction=True), _pane("b", 0, 15, 6, 0),
-        # c: a retraction of an older pane than the stored one is ignored
-        _pane("c", 0, 10, 0, -1, retraction=True),
-        # d: a new window fired and withdrawn in the same batch: never stored
-        _pane("d", 0, 10, 4, 0), _pane("d", 0, 10, 4, 0, retraction=True),
-    ])
+    sink.write(
+        _pane_frame([_pane("a", 0, 10, 1, 0), _pane("b", 0, 10, 2, 0), _pane("c", 0, 10, 3, 0)]), 0
+    )
+    batch = _pane_frame(
+        [
+            # a: pane 1 then pane 2 in one batch, rows in any order: the latest pane wins
+            _pane("a", 0, 10, 9, 2),
+            _pane("a", 0, 10, 1, 0, retraction=True),
+            _pane("a", 0, 10, 5, 1),
+            _pane("a", 0, 10, 5, 1, retraction=True),
+            # b: retracted with no replacement (merged into a new session): deleted
+            _pane("b", 0, 10, 2, 0, retraction=True),
+            _pane("b", 0, 15, 6, 0),
+            # c: a retraction of an older pane than the stored one is ignored
+            _pane("c", 0, 10, 0, -1, retraction=True),
+            # d: a new window fired and withdrawn in the same batch: never stored
+            _pane("d", 0, 10, 4, 0),
+            _pane("d", 0, 10, 4, 0, retraction=True),
+        ]
+    )
     sink.write(batch, 1)
     assert _rows(sink.read(), WINDOW_COLS + ["total", "pane_index"]) == [
-        ("a", 0, 10, 9, 2), ("b", 0, 15, 6, 0), ("c", 0, 10, 3, 0)
+        ("a", 0, 10, 9, 2),
+        ("b", 0, 15, 6, 0),
+        ("c", 0, 10, 3, 0),
     ]
     # An older pane arriving late never replaces a newer one.
     sink.write(_pane_frame([_pane("a", 0, 10, 100, 1)]), 2)
@@ -361,13 +402,13 @@ def test_results_pane_order_within_a_batch(results):
 
 def test_results_discarding_panes_merge(results):
     sink = results(accumulation="discarding", merge={"total": "sum"})
-    sink.write(_pane_frame([_pane("a", 0, 10, 3, 0), _pane("a", 0, 10, 4, 1),
-                            _pane("b", 0, 10, 1, 0)]), 0)
+    sink.write(
+        _pane_frame([_pane("a", 0, 10, 3, 0), _pane("a", 0, 10, 4, 1), _pane("b", 0, 10, 1, 0)]), 0
+    )
     sink.write(_pane_frame([_pane("a", 0, 10, 5, 2)]), 1)
     sink.write(_pane_frame([_pane("a", 0, 10, 5, 2)]), 1)  # re-run: not added twice
     assert _rows(sink.read(), ["user", "total", "pane_index"]) == [("a", 12, 2), ("b", 1, 0)]
-    extremes = results(table="extremes", accumulation="discarding",
-                       merge={"total": "max"})
+    extremes = results(table="extremes", accumulation="discarding", merge={"total": "max"})
     extremes.write(_pane_frame([_pane("a", 0, 10, 3, 0)]), 0)
     extremes.write(_pane_frame([_pane("a", 0, 10, 2, 1)]), 1)
     assert extremes.read().total.tolist() == [3]
@@ -378,14 +419,17 @@ def test_results_reject_what_they_cannot_hold(tmp_path):
     stream = hw.from_pandas(events, event_time="ts")
     fixed = hw.FixedWindows("10 seconds")
     with pytest.raises(ValueError, match="sum, count, min and max"):
-        CurrentResultsSink(tmp_path / "x.duckdb", aggregation=_pipeline(
-            stream, "discarding", fixed, avg=hw.mean("value")))
+        CurrentResultsSink(
+            tmp_path / "x.duckdb",
+            aggregation=_pipeline(stream, "discarding", fixed, avg=hw.mean("value")),
+        )
     with pytest.raises(ValueError, match="merging windows"):
         CurrentResultsSink(tmp_path / "x.duckdb", aggregation=_pipeline(stream, "discarding"))
     with pytest.raises(ValueError, match="merge="):
         CurrentResultsSink(tmp_path / "x.duckdb", accumulation="discarding")
-    ok = CurrentResultsSink(tmp_path / "x.duckdb",
-                            aggregation=_pipeline(stream, "discarding", fixed))
+    ok = CurrentResultsSink(
+        tmp_path / "x.duckdb", aggregation=_pipeline(stream, "discarding", fixed)
+    )
     assert ok.merge == {"total": "sum", "n": "sum"}
     with pytest.raises(ValueError, match="null key"):
         ok.write(_pane_frame([_pane(None, 0, 10, 1, 0)]).assign(n=1), 0)
@@ -398,14 +442,29 @@ def test_results_timestamps_and_global_window(spark, results):
     -infinity/infinity and read back as null; two key columns."""
     t0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
     minute = dt.timedelta(minutes=1)
-    schema = ("team string, region int, window_start timestamp, window_end timestamp, "
-              "total bigint, top array<bigint>, timestamp timestamp, pane_index bigint, "
-              "nonspeculative_index bigint, timing string, is_first boolean, is_last boolean, "
-              "is_retraction boolean")
+    schema = (
+        "team string, region int, window_start timestamp, window_end timestamp, "
+        "total bigint, top array<bigint>, timestamp timestamp, pane_index bigint, "
+        "nonspeculative_index bigint, timing string, is_first boolean, is_last boolean, "
+        "is_retraction boolean"
+    )
     batch = spark.createDataFrame(
         [
-            ("blue", 1, t0, t0 + minute, 14, [9, 3], t0 + minute, 0, 0, "ON_TIME", True,
-             True, False),
+            (
+                "blue",
+                1,
+                t0,
+                t0 + minute,
+                14,
+                [9, 3],
+                t0 + minute,
+                0,
+                0,
+                "ON_TIME",
+                True,
+                True,
+                False,
+            ),
             ("blue", 1, None, None, 18, [9, 4], None, 0, 0, "ON_TIME", True, True, False),
             ("red", 2, None, None, 6, [5, 1], None, 0, 0, "ON_TIME", True, True, False),
         ],
@@ -424,7 +483,8 @@ def test_results_timestamps_and_global_window(spark, results):
     assert [list(v) for v in table.sort_values("total").top] == [[5, 1], [9, 3], [9, 4]]
     # The global window's pane 1 replaces pane 0 (null bounds match the stored row).
     later = batch.where("team = 'red'").selectExpr(
-        *[c if c not in ("total", "pane_index") else f"{c} + 1 AS {c}" for c in batch.columns])
+        *[c if c not in ("total", "pane_index") else f"{c} + 1 AS {c}" for c in batch.columns]
+    )
     sink(later, 1)
     assert sink.read().set_index("team").loc["red", "total"] == 7
 
@@ -432,8 +492,13 @@ def test_results_timestamps_and_global_window(spark, results):
 @pytest.mark.spark
 def test_parquet_sinks_idempotent_per_batch_id(spark, tmp_path):
     panes = spark.createDataFrame(
-        _pane_frame([_pane("a", 0, 10, 3, 0), _pane("a", 0, 10, 3, 0, retraction=True),
-                     _pane("a", 0, 10, 5, 1)])
+        _pane_frame(
+            [
+                _pane("a", 0, 10, 3, 0),
+                _pane("a", 0, 10, 3, 0, retraction=True),
+                _pane("a", 0, 10, 5, 1),
+            ]
+        )
     )
     log = ChangelogSink(tmp_path / "log")
     log(panes, 0)
@@ -453,8 +518,9 @@ def test_parquet_sinks_idempotent_per_batch_id(spark, tmp_path):
     assert local.read().empty
 
     dead = DeadLetterSink(tmp_path / "dead")
-    letters = spark.createDataFrame([("b", 1000, "late", 9)], "user string, event_time bigint, "
-                                    "reason string, value bigint")
+    letters = spark.createDataFrame(
+        [("b", 1000, "late", 9)], "user string, event_time bigint, reason string, value bigint"
+    )
     dead(letters, 3)
     dead(letters, 3)
     assert dead.read()[["user", "reason", "batch_id"]].values.tolist() == [["b", "late", 3]]

@@ -425,6 +425,8 @@ def _changelog(batches: dict[int, pd.DataFrame]) -> list[tuple]:
 
 
 @pytest.mark.slow
+# q.stop() may interrupt a batch inside its sink's toPandas(): PySpark warns.
+@pytest.mark.filterwarnings("ignore:toPandas attempted Arrow optimization")
 def test_recovery_after_crash_and_stop(spark, tmp_path):
     path = tmp_path / "t.jsonl"
     n_steps = _long_timeline(path)
@@ -474,3 +476,27 @@ def test_recovery_after_crash_and_stop(spark, tmp_path):
 
     assert sorted(seen) == list(range(n_steps))
     assert _changelog(seen) == _changelog(clean)
+
+
+# ------------------------------------------------------- the transcript harness
+
+
+@pytest.mark.parametrize(
+    "path, name",
+    [
+        ("retractions.yaml", "retracting_two_keys_independent"),
+        ("triggers.yaml", "repeatedly_after_processing_time_delay"),
+    ],
+)
+def test_transcript_on_spark(spark, path, name):
+    """``--runner spark`` plays a transcript through the streaming runner."""
+    import yaml
+
+    from headwater.testing.transcripts import Document, run_document
+
+    here = os.path.join(os.path.dirname(__file__), "transcripts", path)
+    with open(here) as f:
+        (doc,) = [d for d in yaml.safe_load_all(f) if d and d.get("name") == name]
+    run_document(
+        Document.parse(doc), lambda s, a, steps: run_timeline(s, a, steps, spark=spark)
+    )
