@@ -394,7 +394,7 @@ class Reducer:
                         f"aggregation {name!r} reads column {column!r}, "
                         f"which the input does not have (it has {sorted(inputs)})"
                     )
-                source = np.zeros(len(elem_rows))
+                source = np.zeros(len(next(iter(inputs.values()))), dtype=np.int64)
             partial = fn.add(source[elem_rows], groups, n)
             current = {f: self._cols[f"acc:{name}:{f}"][rows] for f in partial}
             merged = fn.merge({f: _concat(current[f], partial[f]) for f in partial}, pos, n)
@@ -703,19 +703,21 @@ class Reducer:
         if self._empty_frame is None:
             i64, obj = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
             flag = np.zeros(0, dtype=bool)
-            self._empty_frame = pd.DataFrame({
-                "key": obj,
-                "window_start": i64,
-                "window_end": i64,
-                **{name: obj for name in self._output_names()},
-                "timestamp": i64,
-                "pane_index": i64,
-                "nonspeculative_index": i64,
-                "timing": obj,
-                "is_first": flag,
-                "is_last": flag,
-                "is_retraction": flag,
-            })
+            self._empty_frame = pd.DataFrame(
+                {
+                    "key": obj,
+                    "window_start": i64,
+                    "window_end": i64,
+                    **{name: obj for name in self._output_names()},
+                    "timestamp": i64,
+                    "pane_index": i64,
+                    "nonspeculative_index": i64,
+                    "timing": obj,
+                    "is_first": flag,
+                    "is_last": flag,
+                    "is_retraction": flag,
+                }
+            )
         return self._empty_frame.copy()
 
 

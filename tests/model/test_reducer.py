@@ -430,3 +430,11 @@ def test_queued_session_retraction_survives_snapshot_and_second_merge():
         P((0, 24), [0, 1, 5, 14], "EARLY", 0),
     )
     same(run.input(51, key="other"), P((50, 61), [50, 51], "EARLY", 0, key="other"))
+
+
+def test_count_without_input_column_next_to_dropped_elements():
+    r = Reducer(WindowingStrategy.of(FixedWindows(10)), {"n": (Count(), None), "s": (Sum(), "x")})
+    r.advance_watermark(10_000)
+    em = r.add_bundle(["a", "b"], [1_000, 15_000], pd.DataFrame({"x": [1, 2]}))
+    assert len(em.dropped) == 1
+    assert r.advance_watermark(10**9).panes[["key", "n", "s"]].values.tolist() == [["b", 1, 2]]
