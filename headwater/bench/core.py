@@ -405,6 +405,8 @@ def _execute(pipeline, collector: _Collector, timeout: float) -> str:
     runner report a stall), so the run is cancelled if it has not ended shortly
     after the marker. Returns "finished", "stalled" or "cancelled".
     """
+    from headwater.testing.beam_oracle import cancel_pipeline
+
     result = pipeline.run(test_runner_api=False)
     box: dict[str, BaseException] = {}
     done = threading.Event()
@@ -421,12 +423,12 @@ def _execute(pipeline, collector: _Collector, timeout: float) -> str:
     waiter = threading.Thread(target=wait, name="bench-beam-wait", daemon=True)
     waiter.start()
     if not collector.finished.wait(timeout):
-        _cancel(result)
+        cancel_pipeline(result)
         raise RuntimeError(f"Beam did not reach the end of its input within {timeout:.0f} s")
     done.wait(1.0)
     marker_seen = collector.marker.is_set()
     if not done.is_set():
-        _cancel(result)
+        cancel_pipeline(result)
         waiter.join(10.0)
         return "cancelled"
     error = box.get("error")
@@ -439,27 +441,6 @@ def _execute(pipeline, collector: _Collector, timeout: float) -> str:
     if stall and marker_seen:
         return "stalled"
     raise RuntimeError(f"Beam pipeline failed: {error!r}") from error
-
-
-def _cancel(result) -> None:
-    """Stop a direct-runner pipeline without waiting for its 5 s queue polls."""
-    try:
-        from apache_beam.runners.direct.executor import (
-            _ExecutorService,
-            _ExecutorServiceParallelExecutor,
-        )
-
-        inner = result._executor._executor
-        service = inner.executor_service
-        service.shutdown()
-        for _ in service.workers:
-            service.queue.put(_ExecutorService.CallableTask())
-        for worker in service.workers:
-            worker.join(10.0)
-        inner.evaluation_context.shutdown()
-        inner.visible_updates.offer(_ExecutorServiceParallelExecutor._VisibleExecutorUpdate())
-    except Exception:  # noqa: BLE001 - internals changed: fall back to the public API
-        result.cancel()
 
 
 # --------------------------------------------------------------------------

@@ -727,7 +727,7 @@ def _execute(pipeline, run: _Run, timeout: float, info: dict) -> None:
         # Normally the pipeline ends right after the final marker.
         waiter.join(0.1)
     if waiter.is_alive():
-        _cancel(result)
+        cancel_pipeline(result)
         waiter.join(5.0)
         if not complete:
             raise BeamOracleError(
@@ -744,7 +744,7 @@ def _execute(pipeline, run: _Run, timeout: float, info: dict) -> None:
         raise BeamOracleError("Beam pipeline ended without reaching the end of its input")
 
 
-def _cancel(result) -> None:
+def cancel_pipeline(result) -> None:
     """Stop a direct-runner pipeline and release the thread in wait_until_finish.
 
     ``DirectPipelineResult.cancel()`` can block for the workers' 5 s queue
