@@ -82,7 +82,7 @@ def test_one_step_per_micro_batch(spark, tmp_path):
         0: [("data", "a", 1000, 3.0, None, 0, 0), ("data", "b", 1500, 1.0, None, 0, 0),
             ("tick", None, None, None, None, 0, 0)],
         1: [("tick", None, None, None, 2000, 0, 1)],
-        2: [("tick", None, None, None, 2000, 5000, 2)],
+        2: [("clock", None, None, None, 2000, 5000, 2)],  # neither rows nor a watermark
         3: [("data", "a", 400, 2.0, MAX_TIMESTAMP, 6000, 3),
             ("tick", None, None, None, MAX_TIMESTAMP, 6000, 3)],
     }

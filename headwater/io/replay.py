@@ -49,6 +49,7 @@ Step (all keys optional):
 Output schema of the stream::
 
     kind STRING          'data' for a row of the bundle, 'tick' for the control row
+                         ('clock' for that of a clock step: no rows, no watermark)
     key <key_type>       null on ticks
     ts BIGINT            event timestamp (ms); null on ticks
     <value columns...>   null on ticks
@@ -61,7 +62,11 @@ Every step emits exactly one ``tick`` row in addition to its data rows, so a
 step without rows still produces a micro-batch with input. The Spark streaming
 runner fans each tick out to *every* shard of its stateful operator (it knows
 the shard count; the source does not need to), so watermark and clock
-advances reach shards that got no data and fire their timers.
+advances reach shards that got no data and fire their timers. The control row
+of a step with neither rows nor a watermark (a transcript's ``clock`` event)
+has kind ``clock``: that step fires the processing-time timers due by its
+time even when the time did not move (rule 7), which the runner could not
+tell from a bundle or a watermark step at the same time otherwise.
 
 Reading is stateless: the driver indexes the file once (byte offset,
 processing time and effective watermark of every step); a partition carries
@@ -239,8 +244,9 @@ def _decode_step(
             for i in range(n_values):
                 vals[i].append(row[2 + i] if 2 + i < len(row) else None)
     n = len(rows) + 1  # + the tick row
+    control = "clock" if not rows and obj.get("watermark_ms") is None else "tick"
     arrays = [
-        pa.array(["data"] * len(rows) + ["tick"], pa.string()),
+        pa.array(["data"] * len(rows) + [control], pa.string()),
         pa.array(keys + [None], schema.field("key").type),
         pa.array(tss + [None], pa.int64()),
     ]

@@ -146,6 +146,8 @@ _KIND = "__hw_kind"
 _WM = "__hw_wm"
 _PROC = "__hw_proc"
 _N = "__hw_n"  # elements per (lifted) row
+#: Kinds of control rows: ``clock`` marks the control row of a clock step (replay).
+_CONTROL_KINDS = pa.array(["tick", "clock"], pa.string())
 _DROP = "dropped_"
 PACKET_SCHEMA = "shard INT, n BIGINT, payload BINARY"
 
@@ -213,7 +215,9 @@ def run_streaming(
     ``spark.sql.shuffle.partitions``; keep it fixed for the life of a
     checkpoint). ``processing_time_col``: ``"auto"`` uses ``proc_ms`` if the
     input has it, else Spark's batch timestamp; ``None`` forces the batch
-    timestamp. ``kind_col``: rows whose kind is ``'tick'`` are control rows
+    timestamp. ``kind_col``: rows whose kind is ``'tick'`` or ``'clock'`` are
+    control rows; a ``'clock'`` row makes its micro-batch fire the
+    processing-time timers due by its time even when that time did not move
     (``"auto"``: ``kind`` if present). ``output_types``: Spark types of
     aggregation outputs the runner cannot infer (user combiners).
     ``timestamps``: ``"timestamp"`` (Spark timestamps; values outside Spark's
@@ -582,7 +586,7 @@ class _Packer:
         table = pa.Table.from_batches(batches)
         ticks = None
         if self.plan.has_kind:
-            is_tick = pc.fill_null(pc.equal(table[_KIND], "tick"), False)
+            is_tick = pc.fill_null(pc.is_in(table[_KIND], value_set=_CONTROL_KINDS), False)
             if pc.any(is_tick).as_py():
                 ticks = table.filter(is_tick).drop_columns([_SHARD])
                 table = table.filter(pc.invert(is_tick))
@@ -700,9 +704,12 @@ class ShardLogic:
         data = table
         wm: int | None = None
         proc: int | None = None
+        clock = False  # a clock step: fire the timers due by ``proc`` even if time did not move
         if table is not None:
             if plan.has_kind:
-                data = table.filter(pc.fill_null(pc.not_equal(table[_KIND], "tick"), True))
+                control = pc.fill_null(pc.is_in(table[_KIND], value_set=_CONTROL_KINDS), False)
+                data = table.filter(pc.invert(control))
+                clock = bool(pc.any(pc.equal(table[_KIND], "clock")).as_py())
             if plan.punctuated:
                 m = pc.max(table[_WM]).as_py()
                 wm = None if m is None else int(m)
@@ -735,7 +742,7 @@ class ShardLogic:
             parts.append(reducer.add_bundle(keys, ts, values, now=proc))
         if plan.punctuated and wm is not None:
             parts.append(reducer.advance_watermark(wm, proc))
-        if proc > prev_now:
+        if proc > prev_now or clock:
             parts.append(reducer.advance_clock(proc))
         self.state.update((reducer.snapshot(), self._move_timer(reducer, wm, timer, expired)))
         return self._output(parts)
