@@ -490,7 +490,8 @@ class WindowedAggregation:
                 strategy=self.strategy,
                 aggregations=aggregations,
                 arrival_time=self.source.arrival_time,
-                watermark_delay=None if self.source.watermark is None
+                watermark_delay=None
+                if self.source.watermark is None
                 else to_millis(self.source.watermark),
             )
         return self._local

@@ -229,8 +229,9 @@ def probe_executors(spark) -> dict:
     rows = spark.sparkContext.parallelize(range(8), 8).mapPartitions(_probe).collect()
     return {
         "driver_pid": os.getpid(),
-        "executor_pids": {r["executor_id"]: r["executor_jvm_pid"] for r in rows
-                          if r["executor_id"] is not None},
+        "executor_pids": {
+            r["executor_id"]: r["executor_jvm_pid"] for r in rows if r["executor_id"] is not None
+        },
         "executor_ids": sorted({r["executor_id"] for r in rows if r["executor_id"] is not None}),
         "executor_jvm_pids": sorted({r["executor_jvm_pid"] for r in rows if r["executor_jvm_pid"]}),
         "python_pids": sorted({r["python_pid"] for r in rows}),
@@ -256,9 +257,7 @@ def _norm(v: Any) -> Any:
 
 
 def _rows(df: pd.DataFrame, cols: list[str]) -> list[tuple]:
-    return sorted(
-        (tuple(_norm(v) for v in r) for r in df[cols].itertuples(index=False)), key=repr
-    )
+    return sorted((tuple(_norm(v) for v in r) for r in df[cols].itertuples(index=False)), key=repr)
 
 
 def compare(got: pd.DataFrame, want: pd.DataFrame, cols: list[str]) -> dict:
@@ -279,11 +278,17 @@ def bounded_data(n: int = 20_000, seed: int = 7) -> pd.DataFrame:
     start = pd.Timestamp("2026-01-01 00:00:00")
     # Clustered event times so that sessions both merge and split.
     ts = start + pd.to_timedelta(np.sort(rng.integers(0, 4 * 3600, n)), unit="s")
-    return pd.DataFrame({
-        "team": rng.choice([f"team{i:02d}" for i in range(40)], n),
-        "score": rng.integers(0, 100, n).astype("int64"),
-        "ts": ts.values,
-    }).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    return (
+        pd.DataFrame(
+            {
+                "team": rng.choice([f"team{i:02d}" for i in range(40)], n),
+                "score": rng.integers(0, 100, n).astype("int64"),
+                "ts": ts.values,
+            }
+        )
+        .sample(frac=1.0, random_state=seed)
+        .reset_index(drop=True)
+    )
 
 
 def timeline(seed: int = 11, n_steps: int = 24, n_keys: int = 24):
@@ -302,8 +307,11 @@ def timeline(seed: int = 11, n_steps: int = 24, n_keys: int = 24):
             n = rnd.randint(8, 30)
             # Mostly near the watermark, some behind it (late; some beyond the lateness).
             ts = [max(0, wm + rnd.randint(-40_000, 30_000)) for _ in range(n)]
-            steps.append(Bundle([rnd.choice(keys) for _ in range(n)], ts,
-                                [rnd.randint(1, 50) for _ in range(n)]))
+            steps.append(
+                Bundle(
+                    [rnd.choice(keys) for _ in range(n)], ts, [rnd.randint(1, 50) for _ in range(n)]
+                )
+            )
         elif kind == 2:
             now += rnd.randint(2_000, 9_000)
             steps.append(ClockAdvance(now))
@@ -315,9 +323,13 @@ def timeline(seed: int = 11, n_steps: int = 24, n_keys: int = 24):
     wm += 60_000
     steps.append(WatermarkAdvance(wm))
     n = 4
-    steps.append(Bundle([rnd.choice(keys) for _ in range(n)],
-                        [wm - rnd.randint(31_000, 50_000) for _ in range(n)],
-                        [rnd.randint(1, 50) for _ in range(n)]))
+    steps.append(
+        Bundle(
+            [rnd.choice(keys) for _ in range(n)],
+            [wm - rnd.randint(31_000, 50_000) for _ in range(n)],
+            [rnd.randint(1, 50) for _ in range(n)],
+        )
+    )
     steps.append(WatermarkAdvance(MAX_TIMESTAMP))
     return steps
 
@@ -349,11 +361,22 @@ def phase_bounded(spark, status: Status, pdf: pd.DataFrame, window_fn, aggs: dic
     before = status.job_ids()
     t0 = time.time()
     spark.sparkContext.setJobGroup("headwater-bounded", "bounded pipeline")
-    got = (hw.from_spark(sdf, event_time="ts").window(window_fn)
-           .group_by("team").agg(**aggs()).to_spark().toPandas())
+    got = (
+        hw.from_spark(sdf, event_time="ts")
+        .window(window_fn)
+        .group_by("team")
+        .agg(**aggs())
+        .to_spark()
+        .toPandas()
+    )
     seconds = time.time() - t0
-    want = (hw.from_pandas(pdf, event_time="ts").window(window_fn)
-            .group_by("team").agg(**aggs()).to_pandas())
+    want = (
+        hw.from_pandas(pdf, event_time="ts")
+        .window(window_fn)
+        .group_by("team")
+        .agg(**aggs())
+        .to_pandas()
+    )
     cols = list(want.columns)
     out = {"rows_in": len(pdf), "partitions": 8, "seconds": round(seconds, 2)}
     missing = [c for c in cols if c not in got.columns]
@@ -366,8 +389,19 @@ def phase_bounded(spark, status: Status, pdf: pd.DataFrame, window_fn, aggs: dic
 
 
 def _emission_rows(emissions, names: list[str]) -> tuple[list, list]:
-    pane_cols = ["key", "window_start", "window_end", *names, "timestamp", "pane_index",
-                 "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"]
+    pane_cols = [
+        "key",
+        "window_start",
+        "window_end",
+        *names,
+        "timestamp",
+        "pane_index",
+        "nonspeculative_index",
+        "timing",
+        "is_first",
+        "is_last",
+        "is_retraction",
+    ]
     drop_cols = ["key", "timestamp", "window_start", "window_end", "reason"]
     panes, drops = [], []
     for i, em in enumerate(emissions):
@@ -378,8 +412,9 @@ def _emission_rows(emissions, names: list[str]) -> tuple[list, list]:
 
 def _diff_steps(got: list, want: list) -> list[int]:
     steps = {r[0] for r in got} | {r[0] for r in want}
-    return sorted(s for s in steps
-                  if [r for r in got if r[0] == s] != [r for r in want if r[0] == s])
+    return sorted(
+        s for s in steps if [r for r in got if r[0] == s] != [r for r in want if r[0] == s]
+    )
 
 
 def phase_timeline(spark, status: Status) -> dict:
@@ -399,8 +434,10 @@ def phase_timeline(spark, status: Status) -> dict:
     out = {
         "steps": len(steps),
         "seconds": round(seconds, 2),
-        "panes_spark": len(gp), "panes_local": len(wp),
-        "dropped_spark": len(gd), "dropped_local": len(wd),
+        "panes_spark": len(gp),
+        "panes_local": len(wp),
+        "dropped_spark": len(gd),
+        "dropped_local": len(wd),
         "keys": len({r[1] for r in wp}),
         "equal": gp == wp and gd == wd,
     }
@@ -420,15 +457,24 @@ def _api_query(spark, path: str, checkpoint: str, panes_sink, dead_letter_sink) 
     from headwater.model.windows import FixedWindows
 
     df = read_replay(spark, path)
-    return (hw.from_spark(df, event_time="ts", watermark="punctuated")
-            .window(FixedWindows(10),
-                    trigger=AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)),
-                    allowed_lateness=20, accumulation="retracting")
-            .group_by("key")
-            .agg(total=hw.sum("value"), n=hw.count(), top=hw.max("value"))
-            .start(checkpoint_location=checkpoint, panes_sink=panes_sink,
-                   dead_letter_sink=dead_letter_sink, trigger={"availableNow": True},
-                   num_shards=NUM_SHARDS))
+    return (
+        hw.from_spark(df, event_time="ts", watermark="punctuated")
+        .window(
+            FixedWindows(10),
+            trigger=AfterWatermark(early=AfterProcessingTime(5), late=AfterCount(1)),
+            allowed_lateness=20,
+            accumulation="retracting",
+        )
+        .group_by("key")
+        .agg(total=hw.sum("value"), n=hw.count(), top=hw.max("value"))
+        .start(
+            checkpoint_location=checkpoint,
+            panes_sink=panes_sink,
+            dead_letter_sink=dead_letter_sink,
+            trigger={"availableNow": True},
+            num_shards=NUM_SHARDS,
+        )
+    )
 
 
 class _ApiRun:
@@ -463,10 +509,12 @@ class _ApiRun:
         steps do not move, so a restart continues where the last run stopped)."""
         from headwater.io.replay import write_timeline
 
-        write_timeline(self.path, self.replay_steps[:n_steps], columns=self.types,
-                       key_type=self.key_type)
-        query = _api_query(self.spark, self.path, self.checkpoint,
-                           self._panes_sink, self._dropped_sink)
+        write_timeline(
+            self.path, self.replay_steps[:n_steps], columns=self.types, key_type=self.key_type
+        )
+        query = _api_query(
+            self.spark, self.path, self.checkpoint, self._panes_sink, self._dropped_sink
+        )
         try:
             query.awaitTermination(600)
         finally:
@@ -476,35 +524,67 @@ class _ApiRun:
         last = query.lastProgress or {}
         return {
             "batches": len(query.recentProgress),
-            "batch_ms": [p["durationMs"].get("triggerExecution", 0)
-                         for p in query.recentProgress],
+            "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress],
             "state_operators": [
-                {k: op.get(k) for k in ("operatorName", "numRowsTotal", "numShufflePartitions",
-                                        "numStateStoreInstances")}
-                for op in last.get("stateOperators", [])],
+                {
+                    k: op.get(k)
+                    for k in (
+                        "operatorName",
+                        "numRowsTotal",
+                        "numShufflePartitions",
+                        "numStateStoreInstances",
+                    )
+                }
+                for op in last.get("stateOperators", [])
+            ],
         }
 
     def compare(self) -> dict:
         names = list(self.aggregations)
-        pane_cols = ["key", "window_start", "window_end", *names, "timestamp", "pane_index",
-                     "nonspeculative_index", "timing", "is_first", "is_last", "is_retraction"]
-        gp = [(i, *r) for i, b in sorted(self.panes.items()) if len(b)
-              for r in _rows(b, pane_cols)]
-        wp = [(i, *r) for i, e in enumerate(self.want) if len(e.panes)
-              for r in _rows(e.panes, pane_cols)]
+        pane_cols = [
+            "key",
+            "window_start",
+            "window_end",
+            *names,
+            "timestamp",
+            "pane_index",
+            "nonspeculative_index",
+            "timing",
+            "is_first",
+            "is_last",
+            "is_retraction",
+        ]
+        gp = [(i, *r) for i, b in sorted(self.panes.items()) if len(b) for r in _rows(b, pane_cols)]
+        wp = [
+            (i, *r)
+            for i, e in enumerate(self.want)
+            if len(e.panes)
+            for r in _rows(e.panes, pane_cols)
+        ]
         # A dead-letter row may stand for several elements (combiner lifting: ``elements``).
         drop_cols = ["key", "window_start", "window_end", "reason"]
-        gd = [(i, *r[:-1]) for i, b in sorted(self.dropped.items()) if len(b)
-              for r in _rows(b, [*drop_cols, "elements"]) for _ in range(int(r[-1]))]
-        wd = [(i, *r) for i, e in enumerate(self.want) if len(e.dropped)
-              for r in _rows(e.dropped, drop_cols)]
+        gd = [
+            (i, *r[:-1])
+            for i, b in sorted(self.dropped.items())
+            if len(b)
+            for r in _rows(b, [*drop_cols, "elements"])
+            for _ in range(int(r[-1]))
+        ]
+        wd = [
+            (i, *r)
+            for i, e in enumerate(self.want)
+            if len(e.dropped)
+            for r in _rows(e.dropped, drop_cols)
+        ]
         # Multisets of (batch, row...): one order for both sides.
         gp, wp, gd, wd = (sorted(x, key=repr) for x in (gp, wp, gd, wd))
         out = {
             "steps": len(self.steps),
             "batch_ids": sorted(set(self.panes) | set(self.dropped)),
-            "panes_spark": len(gp), "panes_local": len(wp),
-            "dropped_spark": len(gd), "dropped_local": len(wd),
+            "panes_spark": len(gp),
+            "panes_local": len(wp),
+            "dropped_spark": len(gd),
+            "dropped_local": len(wd),
             "equal": gp == wp and gd == wd,
         }
         if not out["equal"]:
@@ -528,15 +608,21 @@ def phase_restart(spark, status: Status, workdir: str, n_steps: int = 12, cut: i
     t0 = time.time()
     first = run.run(cut)
     second = run.run(len(run.steps))
-    out = {"cut": cut, "seconds": round(time.time() - t0, 2),
-           "first_run": first, "second_run": second, **run.compare()}
+    out = {
+        "cut": cut,
+        "seconds": round(time.time() - t0, 2),
+        "first_run": first,
+        "second_run": second,
+        **run.compare(),
+    }
     out["cluster"] = status.tasks_since(before, stateful_tasks=NUM_SHARDS)
     out["moved_shards"] = _moved_shards(out["cluster"])
     return out
 
 
-def phase_executor_loss(spark, status: Status, workdir: str, n_steps: int = 10,
-                        kill_at: int = 4) -> dict:
+def phase_executor_loss(
+    spark, status: Status, workdir: str, n_steps: int = 10, kill_at: int = 4
+) -> dict:
     """An executor JVM is killed (SIGKILL) in the middle of the query: in the
     panes sink of batch ``kill_at``, while that batch's output is cached on the
     executors and before its dead letters are read. Spark must recompute what
@@ -557,22 +643,38 @@ def phase_executor_loss(spark, status: Status, workdir: str, n_steps: int = 10,
     before = status.job_ids()
     t0 = time.time()
     result = run.run(len(run.steps))
-    out = {"kill_at": kill_at, "killed": {k: v for k, v in killed.items() if k != "at"},
-           "seconds": round(time.time() - t0, 2), "run": result, **run.compare()}
+    out = {
+        "kill_at": kill_at,
+        "killed": {k: v for k, v in killed.items() if k != "at"},
+        "seconds": round(time.time() - t0, 2),
+        "run": result,
+        **run.compare(),
+    }
     out["cluster"] = status.tasks_since(before, stateful_tasks=NUM_SHARDS)
     out["moved_shards"] = _moved_shards(out["cluster"])
     out["executors_after"] = [
-        {"id": e["id"], "isActive": e.get("isActive"), "failedTasks": e.get("failedTasks"),
-         "totalTasks": e.get("totalTasks")}
-        for e in status.get("/allexecutors") if e["id"] != "driver"]
+        {
+            "id": e["id"],
+            "isActive": e.get("isActive"),
+            "failedTasks": e.get("failedTasks"),
+            "totalTasks": e.get("totalTasks"),
+        }
+        for e in status.get("/allexecutors")
+        if e["id"] != "driver"
+    ]
     return out
 
 
 def _fixed_aggs():
     import headwater as hw
 
-    return {"total": hw.sum("score"), "n": hw.count(), "avg": hw.mean("score"),
-            "lo": hw.min("score"), "hi": hw.max("score")}
+    return {
+        "total": hw.sum("score"),
+        "n": hw.count(),
+        "avg": hw.mean("score"),
+        "lo": hw.min("score"),
+        "hi": hw.max("score"),
+    }
 
 
 def _session_aggs():
@@ -586,8 +688,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--summary", default=None, help="write the JSON summary here")
-    parser.add_argument("--phases", default="bounded,restart,executor_loss",
-                        help="comma-separated: bounded, timeline, restart, executor_loss")
+    parser.add_argument(
+        "--phases",
+        default="bounded,restart,executor_loss",
+        help="comma-separated: bounded, timeline, restart, executor_loss",
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="headwater-distributed-")
     os.makedirs(workdir, exist_ok=True)
@@ -612,15 +717,32 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 summary[name] = fn(*a)
             except Exception as exc:  # noqa: BLE001 - reported in the summary
-                summary[name] = {"equal": False, "error": f"{type(exc).__name__}: {exc}",
-                                 "traceback": traceback.format_exc()[-4000:]}
+                summary[name] = {
+                    "equal": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
 
         if "bounded" in phases:
             pdf = bounded_data()
-            attempt("bounded_fixed", phase_bounded, spark, status, pdf,
-                    hw.FixedWindows("5 minutes"), _fixed_aggs)
-            attempt("bounded_sessions", phase_bounded, spark, status, pdf,
-                    hw.Sessions("30 seconds"), _session_aggs)
+            attempt(
+                "bounded_fixed",
+                phase_bounded,
+                spark,
+                status,
+                pdf,
+                hw.FixedWindows("5 minutes"),
+                _fixed_aggs,
+            )
+            attempt(
+                "bounded_sessions",
+                phase_bounded,
+                spark,
+                status,
+                pdf,
+                hw.Sessions("30 seconds"),
+                _session_aggs,
+            )
         if "timeline" in phases:
             attempt("streaming_timeline", phase_timeline, spark, status)
         if "restart" in phases:
@@ -628,9 +750,14 @@ def main(argv: list[str] | None = None) -> int:
         if "executor_loss" in phases:
             attempt("streaming_executor_loss", phase_executor_loss, spark, status, workdir)
         summary["executors_final"] = [
-            {"id": e["id"], "totalTasks": e.get("totalTasks"), "failedTasks": e.get("failedTasks"),
-             "isActive": e.get("isActive")}
-            for e in status.get("/allexecutors") if e["id"] != "driver"
+            {
+                "id": e["id"],
+                "totalTasks": e.get("totalTasks"),
+                "failedTasks": e.get("failedTasks"),
+                "isActive": e.get("isActive"),
+            }
+            for e in status.get("/allexecutors")
+            if e["id"] != "driver"
         ]
     finally:
         spark.stop()

@@ -24,8 +24,15 @@ from headwater.model.time import GLOBAL_WINDOW_END, MAX_TIMESTAMP, MIN_TIMESTAMP
 pytestmark = pytest.mark.spark
 
 SCHEMA = "team string, ts long, score long"
-PANE = ("timestamp", "pane_index", "nonspeculative_index", "timing", "is_first", "is_last",
-        "is_retraction")
+PANE = (
+    "timestamp",
+    "pane_index",
+    "nonspeculative_index",
+    "timing",
+    "is_first",
+    "is_last",
+    "is_retraction",
+)
 
 
 # ------------------------------------------------------------------ reference
@@ -91,8 +98,9 @@ def reference(rows, wf, combiner="end_of_window"):
     return out
 
 
-def random_rows(seed: int, n: int = 200, teams=("a", "b", "c"), lo=-300_000, hi=900_000,
-                null_scores=False):
+def random_rows(
+    seed: int, n: int = 200, teams=("a", "b", "c"), lo=-300_000, hi=900_000, null_scores=False
+):
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
@@ -158,7 +166,11 @@ def check_against_reference(spark, rows, wf, combiner="end_of_window"):
         assert sorted(d["values"]) == exp["values"], key
         assert_single_final_pane(d, exp["timestamp"])
     assert list(result.to_spark().columns) == [
-        "team", "window_start", "window_end", *_all_aggs(), *PANE
+        "team",
+        "window_start",
+        "window_end",
+        *_all_aggs(),
+        *PANE,
     ]
     return got
 
@@ -193,8 +205,14 @@ def test_timestamp_combiners(spark, wf, combiner):
 def test_sessions_merge_boundaries(spark):
     # gap 10 s: [0, 10 s) and [9.999 s, 19.999 s) overlap and merge; [19.999 s, ...) only
     # touches the merged [0, 19.999 s) and starts a new session, which 25 s then extends.
-    rows = [("a", 0, 1), ("a", 9_999, 2), ("a", 19_999, 4), ("a", 25_000, 8),
-            ("b", 5_000, 16), ("a", 25_000, 32)]
+    rows = [
+        ("a", 0, 1),
+        ("a", 9_999, 2),
+        ("a", 19_999, 4),
+        ("a", 25_000, 8),
+        ("b", 5_000, 16),
+        ("a", 25_000, 32),
+    ]
     got = collect(
         hw.from_spark(spark.createDataFrame(rows, SCHEMA), "ts")
         .window(hw.Sessions(10))
@@ -262,8 +280,13 @@ def test_no_key_and_many_keys(spark):
         want[_windows_of(ts, wf)[0]] += s
     assert {(r.window_start, r.window_end): r.total for r in overall.collect()} == dict(want)
 
-    two = (hw.from_spark(df, "ts").window(wf).group_by("team", "region")
-           .agg(total=hw.sum("score")).to_spark())
+    two = (
+        hw.from_spark(df, "ts")
+        .window(wf)
+        .group_by("team", "region")
+        .agg(total=hw.sum("score"))
+        .to_spark()
+    )
     assert two.columns[:4] == ["team", "region", "window_start", "window_end"]
     assert two.count() == len(reference([(t, ts, s) for t, ts, s, _ in rows], wf))
 
@@ -289,8 +312,12 @@ def test_every_trigger_and_mode_gives_one_complete_pane(spark, trigger, accumula
     df = spark.createDataFrame(rows, SCHEMA)
     result = (
         hw.from_spark(df, "ts")
-        .window(hw.Sessions(30), trigger=trigger, accumulation=accumulation,
-                allowed_lateness="10 minutes")
+        .window(
+            hw.Sessions(30),
+            trigger=trigger,
+            accumulation=accumulation,
+            allowed_lateness="10 minutes",
+        )
         .group_by("team")
         .agg(total=hw.sum("score"))
     )
@@ -301,9 +328,18 @@ def test_every_trigger_and_mode_gives_one_complete_pane(spark, trigger, accumula
         assert_single_final_pane(d, key[2] - 1)
 
 
-@pytest.mark.parametrize("wf", [
-    hw.FixedWindows(10), hw.SlidingWindows(10, 5), hw.Sessions(10), hw.GlobalWindows(),
-    hw.CalendarWindows("month"), hw.ValidityWindows()], ids=repr)
+@pytest.mark.parametrize(
+    "wf",
+    [
+        hw.FixedWindows(10),
+        hw.SlidingWindows(10, 5),
+        hw.Sessions(10),
+        hw.GlobalWindows(),
+        hw.CalendarWindows("month"),
+        hw.ValidityWindows(),
+    ],
+    ids=repr,
+)
 def test_empty_input_has_no_panes(spark, wf):
     empty = spark.createDataFrame([], SCHEMA)
     stream = hw.from_spark(empty, "ts").window(wf)
@@ -320,9 +356,12 @@ def test_timestamp_event_time_round_trips_as_timestamps(spark):
 
     rows = random_rows(seed=7, n=80, lo=1_700_000_000_000, hi=1_700_000_600_000)
     df = spark.createDataFrame(rows, SCHEMA).withColumn("ts", F.timestamp_millis("ts"))
-    result = (hw.from_spark(df, "ts").window(hw.FixedWindows("1 minute"),
-                                             timestamp_combiner="latest")
-              .group_by("team").agg(total=hw.sum("score")))
+    result = (
+        hw.from_spark(df, "ts")
+        .window(hw.FixedWindows("1 minute"), timestamp_combiner="latest")
+        .group_by("team")
+        .agg(total=hw.sum("score"))
+    )
     out = result.to_spark()
     types = {f.name: f.dataType for f in out.schema.fields}
     for name in ("window_start", "window_end", "timestamp"):
@@ -332,15 +371,21 @@ def test_timestamp_event_time_round_trips_as_timestamps(spark):
     def ms(t):  # collected timestamps are naive, in the session time zone (UTC in tests)
         return round((t.replace(tzinfo=dt.timezone.utc) - epoch).total_seconds() * 1000)
 
-    got = {(r.team, ms(r.window_start), ms(r.window_end)): (r.total, ms(r.timestamp))
-           for r in out.collect()}
+    got = {
+        (r.team, ms(r.window_start), ms(r.window_end)): (r.total, ms(r.timestamp))
+        for r in out.collect()
+    }
     want = reference(rows, hw.FixedWindows(60), "latest")
     assert got == {k: (e["total"], e["timestamp"]) for k, e in want.items()}
     # TIMESTAMP_NTZ reads as wall time in the session time zone (UTC here)
     ntz = df.withColumn("ts", F.col("ts").cast("timestamp_ntz"))
-    same = (hw.from_spark(ntz, "ts").window(hw.FixedWindows("1 minute"),
-                                            timestamp_combiner="latest")
-            .group_by("team").agg(total=hw.sum("score")).to_spark())
+    same = (
+        hw.from_spark(ntz, "ts")
+        .window(hw.FixedWindows("1 minute"), timestamp_combiner="latest")
+        .group_by("team")
+        .agg(total=hw.sum("score"))
+        .to_spark()
+    )
     assert sorted(same.collect()) == sorted(out.collect())
 
 
@@ -349,10 +394,14 @@ def test_global_window_bounds_are_null_as_timestamps(spark):
 
     df = spark.createDataFrame([("a", 1_000, 1)], SCHEMA)
     for combiner, expected in [("end_of_window", None), ("earliest", 1_000)]:
-        row = (hw.from_spark(df.withColumn("ts", F.timestamp_millis("ts")), "ts")
-               .window(hw.GlobalWindows(), timestamp_combiner=combiner).agg(n=hw.count())
-               .to_spark().select("window_start", "window_end",
-                                  F.unix_millis("timestamp").alias("t"), "n").first())
+        row = (
+            hw.from_spark(df.withColumn("ts", F.timestamp_millis("ts")), "ts")
+            .window(hw.GlobalWindows(), timestamp_combiner=combiner)
+            .agg(n=hw.count())
+            .to_spark()
+            .select("window_start", "window_end", F.unix_millis("timestamp").alias("t"), "n")
+            .first()
+        )
         assert (row.window_start, row.window_end, row.t, row.n) == (None, None, expected, 1)
     row = hw.from_spark(df, "ts").window(hw.GlobalWindows()).agg(n=hw.count()).to_spark().first()
     assert (row.window_start, row.window_end) == (MIN_TIMESTAMP, GLOBAL_WINDOW_END)
@@ -371,8 +420,12 @@ def test_unusable_event_time_type_is_rejected(spark):
 def test_null_event_times_become_dead_letters(spark):
     rows = random_rows(seed=8, n=50) + [("a", None, 5), ("b", None, 6)]
     df = spark.createDataFrame(rows, SCHEMA)
-    result = (hw.from_spark(df, "ts").window(hw.FixedWindows(60))
-              .group_by("team").agg(total=hw.sum("score"), n=hw.count()))
+    result = (
+        hw.from_spark(df, "ts")
+        .window(hw.FixedWindows(60))
+        .group_by("team")
+        .agg(total=hw.sum("score"), n=hw.count())
+    )
     got = collect(result)
     assert sum(d["n"] for d in got.values()) == 50
     want = reference(rows, hw.FixedWindows(60))
@@ -380,25 +433,34 @@ def test_null_event_times_become_dead_letters(spark):
     dead = result.dead_letters()
     assert dead.columns == ["team", "ts", "score", "reason"]
     assert sorted((r.team, r.score, r.reason) for r in dead.collect()) == [
-        ("a", 5, "null_event_time"), ("b", 6, "null_event_time")
+        ("a", 5, "null_event_time"),
+        ("b", 6, "null_event_time"),
     ]
     assert result.dead_letter_count() == 2
 
 
 def test_null_event_time_can_fail_the_query(spark):
     df = spark.createDataFrame([("a", None, 5), ("a", 1, 1)], SCHEMA)
-    result = (hw.from_spark(df, "ts", on_null_event_time="error")
-              .window(hw.FixedWindows(60)).agg(n=hw.count()))
+    result = (
+        hw.from_spark(df, "ts", on_null_event_time="error")
+        .window(hw.FixedWindows(60))
+        .agg(n=hw.count())
+    )
     with pytest.raises(Exception, match="null event time in column 'ts'"):
         result.to_spark().collect()
 
 
 def test_elements_between_sliding_windows_are_dead_letters(spark):
     rows = [("a", 500, 1), ("a", 1_500, 2), ("a", 2_100, 4)]  # windows [0,1s), [2s,3s)
-    result = (hw.from_spark(spark.createDataFrame(rows, SCHEMA), "ts")
-              .window(hw.SlidingWindows(1, 2)).group_by("team").agg(total=hw.sum("score")))
+    result = (
+        hw.from_spark(spark.createDataFrame(rows, SCHEMA), "ts")
+        .window(hw.SlidingWindows(1, 2))
+        .group_by("team")
+        .agg(total=hw.sum("score"))
+    )
     assert {k: d["total"] for k, d in collect(result).items()} == {
-        ("a", 0, 1_000): 1, ("a", 2_000, 3_000): 4
+        ("a", 0, 1_000): 1,
+        ("a", 2_000, 3_000): 4,
     }
     assert [(r.ts, r.reason) for r in result.dead_letters().collect()] == [(1_500, "no_window")]
 
@@ -422,8 +484,12 @@ def test_api_validation(spark):
         hw.from_spark(df, "ts", on_null_event_time="drop")
     strategy = WindowingStrategy.of(hw.FixedWindows(5), accumulation="discarding")
     assert stream.window(strategy).strategy is strategy
-    assert stream.window(hw.FixedWindows(5), accumulation="retracting",
-                         allowed_lateness="1 minute").strategy.allowed_lateness == 60_000
+    assert (
+        stream.window(
+            hw.FixedWindows(5), accumulation="retracting", allowed_lateness="1 minute"
+        ).strategy.allowed_lateness
+        == 60_000
+    )
 
 
 def test_streaming_input_goes_to_the_streaming_runner(spark):
@@ -443,7 +509,8 @@ def test_streaming_input_goes_to_the_streaming_runner(spark):
     assert isinstance(out.schema["window_start"].dataType, T.TimestampType)
     with pytest.raises(ValueError, match="bounded"):
         hw.from_spark(spark.createDataFrame([("a", 1, 1)], SCHEMA), "ts").window(
-            hw.FixedWindows(1)).agg(n=hw.count()).start(checkpoint_location="/nonexistent")
+            hw.FixedWindows(1)
+        ).agg(n=hw.count()).start(checkpoint_location="/nonexistent")
 
 
 @pytest.mark.slow
@@ -456,27 +523,44 @@ def test_streaming_and_bounded_paths_agree(spark, tmp_path, tmp_checkpoint):
     src = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
 
     def build(df, **kw):
-        return (hw.from_spark(df, "ts", **kw).window(hw.Sessions(7))
-                .group_by("team").agg(total=hw.sum("score"), n=hw.count()))
+        return (
+            hw.from_spark(df, "ts", **kw)
+            .window(hw.Sessions(7))
+            .group_by("team")
+            .agg(total=hw.sum("score"), n=hw.count())
+        )
 
-    query = (build(src, watermark="0 seconds").to_spark().writeStream.format("memory")
-             .queryName("hw_api_batch_vs_stream").outputMode("append")
-             .option("checkpointLocation", tmp_checkpoint).trigger(availableNow=True).start())
+    query = (
+        build(src, watermark="0 seconds")
+        .to_spark()
+        .writeStream.format("memory")
+        .queryName("hw_api_batch_vs_stream")
+        .outputMode("append")
+        .option("checkpointLocation", tmp_checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         query.awaitTermination(180)
         assert query.exception() is None
     finally:
         query.stop()
     streamed = {tuple(r[:3]): tuple(r[3:]) for r in spark.table("hw_api_batch_vs_stream").collect()}
-    bounded = {tuple(r[:3]): tuple(r[3:])
-               for r in build(spark.createDataFrame(rows, SCHEMA)).to_spark().collect()
-               if r.window_end <= 200_000}
+    bounded = {
+        tuple(r[:3]): tuple(r[3:])
+        for r in build(spark.createDataFrame(rows, SCHEMA)).to_spark().collect()
+        if r.window_end <= 200_000
+    }
     assert streamed == bounded and len(bounded) > 10
 
 
 # --------------------------------------------------- agreement with the core
-CORE_AGGS = {"total": (Sum(), "score"), "n": (Count(), None), "lo": (Min(), "score"),
-             "hi": (Max(), "score")}
+CORE_AGGS = {
+    "total": (Sum(), "score"),
+    "n": (Count(), None),
+    "lo": (Min(), "score"),
+    "hi": (Max(), "score"),
+}
 
 
 def core_panes(rows, strategy):
@@ -493,16 +577,26 @@ def _pane_tuples(frame: pd.DataFrame, key: str) -> list[tuple]:
     cols = [key, "window_start", "window_end", *CORE_AGGS, *PANE]
     out = []
     for rec in frame[cols].itertuples(index=False):
-        out.append(tuple(int(v) if isinstance(v, (np.integer, float, np.floating))
-                         and not isinstance(v, bool) else
-                         (bool(v) if isinstance(v, np.bool_) else v) for v in rec))
+        out.append(
+            tuple(
+                int(v)
+                if isinstance(v, (np.integer, float, np.floating)) and not isinstance(v, bool)
+                else (bool(v) if isinstance(v, np.bool_) else v)
+                for v in rec
+            )
+        )
     return sorted(out)
 
 
 def spark_panes(spark, rows, strategy):
     df = spark.createDataFrame(rows, SCHEMA)
-    out = (hw.from_spark(df, "ts").window(strategy).group_by("team")
-           .agg(**{name: spec for name, spec in CORE_AGGS.items()}).to_spark())
+    out = (
+        hw.from_spark(df, "ts")
+        .window(strategy)
+        .group_by("team")
+        .agg(**{name: spec for name, spec in CORE_AGGS.items()})
+        .to_spark()
+    )
     return _pane_tuples(out.toPandas(), "team")
 
 
@@ -520,12 +614,14 @@ WINDOW_FNS = [
 @pytest.mark.parametrize("wf", WINDOW_FNS, ids=repr)
 def test_bounded_plan_equals_core_on_random_input(spark, wf, seed):
     rng = random.Random(seed)
-    trigger = rng.choice([
-        hw.Default(),
-        hw.Never(),
-        hw.AfterWatermark(early=hw.AfterProcessingTime(5), late=hw.AfterCount(1)),
-        hw.AfterProcessingTime(period=60),
-    ])
+    trigger = rng.choice(
+        [
+            hw.Default(),
+            hw.Never(),
+            hw.AfterWatermark(early=hw.AfterProcessingTime(5), late=hw.AfterCount(1)),
+            hw.AfterProcessingTime(period=60),
+        ]
+    )
     strategy = WindowingStrategy.of(
         wf,
         trigger,
@@ -533,22 +629,30 @@ def test_bounded_plan_equals_core_on_random_input(spark, wf, seed):
         allowed_lateness=rng.choice([0, 30]),
         timestamp_combiner=rng.choice(["end_of_window", "earliest", "latest"]),
     )
-    lo, hi = (-3 * 86_400_000, 3 * 86_400_000) if isinstance(wf, hw.CalendarWindows) else (
-        -200_000, 400_000)
+    lo, hi = (
+        (-3 * 86_400_000, 3 * 86_400_000)
+        if isinstance(wf, hw.CalendarWindows)
+        else (-200_000, 400_000)
+    )
     rows = random_rows(seed, n=rng.randrange(1, 150), teams=("x", "y", "z", "w"), lo=lo, hi=hi)
     assert spark_panes(spark, rows, strategy) == core_panes(rows, strategy)
 
 
 @pytest.mark.parametrize(
     "trigger",
-    [hw.AfterCount(3), hw.Repeatedly(hw.AfterCount(2)), hw.AfterWatermark(early=hw.AfterCount(1)),
-     hw.AfterEach(hw.AfterCount(2), hw.AfterCount(5))],
+    [
+        hw.AfterCount(3),
+        hw.Repeatedly(hw.AfterCount(2)),
+        hw.AfterWatermark(early=hw.AfterCount(1)),
+        hw.AfterEach(hw.AfterCount(2), hw.AfterCount(5)),
+    ],
     ids=repr,
 )
 def test_count_triggers_equal_core_with_complete_input_step(spark, trigger):
     rows = random_rows(seed=21, n=80)
-    strategy = WindowingStrategy.of(hw.Sessions(20), trigger, accumulation="retracting",
-                                    timestamp_combiner="earliest")
+    strategy = WindowingStrategy.of(
+        hw.Sessions(20), trigger, accumulation="retracting", timestamp_combiner="earliest"
+    )
     assert spark_panes(spark, rows, strategy) == core_panes(rows, strategy)
 
 
@@ -560,8 +664,23 @@ def test_bench_batch_runs(spark, tmp_path, capsys):
     from headwater.bench import main as bench_main
 
     try:
-        assert bench_main(["batch", "--rows", "3000", "--keys", "20", "--reps", "1", "--json",
-                           "--data-dir", str(tmp_path)]) == 0
+        assert (
+            bench_main(
+                [
+                    "batch",
+                    "--rows",
+                    "3000",
+                    "--keys",
+                    "20",
+                    "--reps",
+                    "1",
+                    "--json",
+                    "--data-dir",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
     finally:
         spark.sparkContext.setLogLevel("WARN")  # the bench quiets the shared session
     report = json.loads(capsys.readouterr().out)

@@ -205,8 +205,13 @@ transcript:
 """
 
 DOCS = list(yaml.safe_load_all(BEAM_TRANSCRIPTS))
-CONFIG_KEYS = ("window_fn", "trigger_fn", "accumulation_mode", "timestamp_combiner",
-               "allowed_lateness")
+CONFIG_KEYS = (
+    "window_fn",
+    "trigger_fn",
+    "accumulation_mode",
+    "timestamp_combiner",
+    "allowed_lateness",
+)
 
 
 def split_transcript(doc):
@@ -272,8 +277,11 @@ def test_beam_transcripts(doc):
 
 def test_batched_configs_match_separate_runs():
     """One pipeline with many branches gives each config what a run of its own gives."""
-    docs = [d for d in DOCS if d["name"] in ("fixed_default_late_data", "discarding_early_fixed",
-                                             "early_late_sessions")]
+    docs = [
+        d
+        for d in DOCS
+        if d["name"] in ("fixed_default_late_data", "discarding_early_fixed", "early_late_sessions")
+    ]
     # One shared timeline: the union of the documents' events, in order.
     events = [e for d in docs for e in split_transcript(d)[1]]
     configs = [split_transcript(d)[0] for d in docs]
@@ -298,8 +306,7 @@ def C(t):
 
 def brief(panes):
     return [
-        (p["step"], p["window"], p["values"], p["timing"], p["index"], p["final"])
-        for p in panes
+        (p["step"], p["window"], p["values"], p["timing"], p["index"], p["final"]) for p in panes
     ]
 
 
@@ -312,21 +319,52 @@ def test_pane_normalization_keys_and_steps():
     ]
     configs = [
         {"window_fn": "FixedWindows(10)", "trigger_fn": "Default"},
-        {"window_fn": "GlobalWindows", "trigger_fn": "Repeatedly(AfterCount(1))",
-         "accumulation_mode": "discarding", "timestamp_combiner": "OUTPUT_AT_EARLIEST"},
+        {
+            "window_fn": "GlobalWindows",
+            "trigger_fn": "Repeatedly(AfterCount(1))",
+            "accumulation_mode": "discarding",
+            "timestamp_combiner": "OUTPUT_AT_EARLIEST",
+        },
     ]
     fixed, glob = run_beam(configs, events)
     assert sorted(fixed, key=lambda p: (p["key"], p["window"])) == [
-        {"key": "a", "window": (0, 10000), "values": ["x"], "timestamp": 9999, "index": 0,
-         "nonspeculative_index": 0, "timing": "ON_TIME", "first": True, "final": False,
-         "step": 3},
+        {
+            "key": "a",
+            "window": (0, 10000),
+            "values": ["x"],
+            "timestamp": 9999,
+            "index": 0,
+            "nonspeculative_index": 0,
+            "timing": "ON_TIME",
+            "first": True,
+            "final": False,
+            "step": 3,
+        },
         # fired by the end of input (step == len(events))
-        {"key": "a", "window": (10000, 20000), "values": ["z"], "timestamp": 19999, "index": 0,
-         "nonspeculative_index": 0, "timing": "ON_TIME", "first": True, "final": False,
-         "step": 4},
-        {"key": "b", "window": (0, 10000), "values": ["y"], "timestamp": 9999, "index": 0,
-         "nonspeculative_index": 0, "timing": "ON_TIME", "first": True, "final": False,
-         "step": 3},
+        {
+            "key": "a",
+            "window": (10000, 20000),
+            "values": ["z"],
+            "timestamp": 19999,
+            "index": 0,
+            "nonspeculative_index": 0,
+            "timing": "ON_TIME",
+            "first": True,
+            "final": False,
+            "step": 4,
+        },
+        {
+            "key": "b",
+            "window": (0, 10000),
+            "values": ["y"],
+            "timestamp": 9999,
+            "index": 0,
+            "nonspeculative_index": 0,
+            "timing": "ON_TIME",
+            "first": True,
+            "final": False,
+            "step": 3,
+        },
     ]
     assert sorted((p["key"], p["step"], p["values"], p["timestamp"]) for p in glob) == [
         ("a", 0, ["x"], 1500),
@@ -337,9 +375,11 @@ def test_pane_normalization_keys_and_steps():
 
 
 def test_clock_is_absolute_processing_time():
-    config = {"window_fn": "FixedWindows(100)",
-              "trigger_fn": "Repeatedly(AfterProcessingTime(5))",
-              "accumulation_mode": "discarding"}
+    config = {
+        "window_fn": "FixedWindows(100)",
+        "trigger_fn": "Repeatedly(AfterProcessingTime(5))",
+        "accumulation_mode": "discarding",
+    }
     events = [C(3), I(1), C(7), C(8), I(2), C(12.5), C(13)]
     (panes,) = run_beam([config], events)
     # The first element arrives at processing time 3: its timer is due at 8.
@@ -351,12 +391,18 @@ def test_clock_is_absolute_processing_time():
 
 def test_supported_configs_and_safe_parsing():
     assert beam_supported({})
-    assert beam_supported({"window_fn": "SlidingWindows(10, 5, 2)",
-                           "trigger_fn": "OrFinally(Repeatedly(AfterCount(2)), AfterWatermark())",
-                           "accumulation_mode": "discarding",
-                           "timestamp_combiner": "OUTPUT_AT_LATEST", "allowed_lateness": 5})
-    assert beam_supported({"trigger_fn": "AfterWatermark(early=AfterProcessingTime(0.5), "
-                                         "late=Never)"})
+    assert beam_supported(
+        {
+            "window_fn": "SlidingWindows(10, 5, 2)",
+            "trigger_fn": "OrFinally(Repeatedly(AfterCount(2)), AfterWatermark())",
+            "accumulation_mode": "discarding",
+            "timestamp_combiner": "OUTPUT_AT_LATEST",
+            "allowed_lateness": 5,
+        }
+    )
+    assert beam_supported(
+        {"trigger_fn": "AfterWatermark(early=AfterProcessingTime(0.5), late=Never)"}
+    )
     for bad in (
         {"trigger_fn": "AfterProcessingTime(period=10, offset=2)"},
         {"accumulation_mode": "retracting"},
@@ -376,15 +422,31 @@ def test_supported_configs_and_safe_parsing():
 
 def test_divergence_flags():
     assert set(beam_oracle.KNOWN_DIVERGENCES) >= beam_divergences(
-        {"window_fn": "Sessions(5)",
-         "trigger_fn": "AfterWatermark(early=AfterAny(AfterProcessingTime(1), AfterCount(2)))",
-         "timestamp_combiner": "OUTPUT_AT_EARLIEST"})
-    flags = beam_divergences({"window_fn": "Sessions(5)",
-                              "trigger_fn": "OrFinally(AfterCount(2), AfterProcessingTime(1))"})
-    assert {"parallel_processing_time", "session_timers",
-            "processing_time_as_event_time", "no_gc"} <= flags
-    flags = beam_divergences({"window_fn": "FixedWindows(10)", "trigger_fn": "AfterWatermark()",
-                              "timestamp_combiner": "OUTPUT_AT_EARLIEST"})
+        {
+            "window_fn": "Sessions(5)",
+            "trigger_fn": "AfterWatermark(early=AfterAny(AfterProcessingTime(1), AfterCount(2)))",
+            "timestamp_combiner": "OUTPUT_AT_EARLIEST",
+        }
+    )
+    flags = beam_divergences(
+        {
+            "window_fn": "Sessions(5)",
+            "trigger_fn": "OrFinally(AfterCount(2), AfterProcessingTime(1))",
+        }
+    )
+    assert {
+        "parallel_processing_time",
+        "session_timers",
+        "processing_time_as_event_time",
+        "no_gc",
+    } <= flags
+    flags = beam_divergences(
+        {
+            "window_fn": "FixedWindows(10)",
+            "trigger_fn": "AfterWatermark()",
+            "timestamp_combiner": "OUTPUT_AT_EARLIEST",
+        }
+    )
     assert "no_gc" not in flags and "processing_time_as_event_time" not in flags
 
 
@@ -397,24 +459,34 @@ def test_divergences_of_beam_python_are_as_documented():
     configs = {
         # no_gc: a trigger that never fired keeps its data forever.
         "never": {"window_fn": FIXED, "trigger_fn": "Never"},
-        "count_leftover": {"window_fn": FIXED, "trigger_fn": "Repeatedly(AfterCount(2))",
-                           "accumulation_mode": "discarding"},
+        "count_leftover": {
+            "window_fn": FIXED,
+            "trigger_fn": "Repeatedly(AfterCount(2))",
+            "accumulation_mode": "discarding",
+        },
         # not_final: Default's ON_TIME pane is not final with lateness 0.
         "default": {"window_fn": FIXED, "trigger_fn": "Default"},
         # drop_boundary: kept at watermark == end + lateness.
         "boundary": {"window_fn": FIXED, "trigger_fn": "Default", "allowed_lateness": 5},
         # parallel_processing_time: AfterAny does not finish on its processing-time child.
-        "any_apt": {"window_fn": FIXED,
-                    "trigger_fn": "AfterAny(AfterProcessingTime(2), AfterCount(3))"},
+        "any_apt": {
+            "window_fn": FIXED,
+            "trigger_fn": "AfterAny(AfterProcessingTime(2), AfterCount(3))",
+        },
         # early_hold_kept: the second early pane still carries the first element's time.
-        "hold": {"window_fn": FIXED, "trigger_fn": "AfterWatermark(early=AfterCount(1))",
-                 "accumulation_mode": "discarding", "timestamp_combiner": "OUTPUT_AT_EARLIEST"},
+        "hold": {
+            "window_fn": FIXED,
+            "trigger_fn": "AfterWatermark(early=AfterCount(1))",
+            "accumulation_mode": "discarding",
+            "timestamp_combiner": "OUTPUT_AT_EARLIEST",
+        },
     }
     # event index:  0     1     2     3     4     5     6      7     8
     events = [I(1), C(3), I(7), I(2), I(3), I(5), W(15), I(4), W(100)]
     diag = {}
-    results = dict(zip(configs, run_beam(list(configs.values()), events, diagnostics=diag),
-                       strict=True))
+    results = dict(
+        zip(configs, run_beam(list(configs.values()), events, diagnostics=diag), strict=True)
+    )
     assert diag["stalled"] or diag["cancelled"]  # "never" holds the watermark forever
     assert results["never"] == []
     assert brief(results["count_leftover"]) == [
@@ -465,8 +537,11 @@ def test_processing_time_is_compared_with_event_time():
 
 def test_eow_late_hold_stalls_and_mislabels():
     """eow_late_hold + output_watermark_timing (Beam's early_late_sessions, Fixed)."""
-    config = {"window_fn": FIXED, "trigger_fn": "AfterWatermark(late=AfterCount(2))",
-              "allowed_lateness": 100}
+    config = {
+        "window_fn": FIXED,
+        "trigger_fn": "AfterWatermark(late=AfterCount(2))",
+        "allowed_lateness": 100,
+    }
     diag = {}
     (panes,) = run_beam([config], [I(1), W(12), I(2), I(3)], diagnostics=diag)
     assert diag["stalled"]

@@ -25,11 +25,30 @@ def test_bench_streaming_json(spark, tmp_path, capsys):
         # No late events: Spark's native query accepts rows one micro-batch
         # longer than rule 3 does (it filters them against the previous batch's
         # watermark), so only on-time data makes both engines' windows equal.
-        assert bench_main([
-            "streaming", "--rows", "20000", "--keys", "50", "--files", "4",
-            "--files-per-trigger", "2", "--late-fraction", "0", "--repeat", "1",
-            "--no-warmup", "--json", "--workdir", str(tmp_path),
-        ]) == 0
+        assert (
+            bench_main(
+                [
+                    "streaming",
+                    "--rows",
+                    "20000",
+                    "--keys",
+                    "50",
+                    "--files",
+                    "4",
+                    "--files-per-trigger",
+                    "2",
+                    "--late-fraction",
+                    "0",
+                    "--repeat",
+                    "1",
+                    "--no-warmup",
+                    "--json",
+                    "--workdir",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
     finally:
         for k, v in saved.items():
             if v is None:

@@ -35,12 +35,25 @@ def _run_job(tmp_path: Path) -> tuple[dict, str]:
     env.pop("SPARK_HOME", None)  # the job makes its own for the pip-installed PySpark
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     summary_path = tmp_path / "summary.json"
-    cmd = [sys.executable, str(JOB), "--workdir", str(tmp_path / "cluster"),
-           "--summary", str(summary_path)]
+    cmd = [
+        sys.executable,
+        str(JOB),
+        "--workdir",
+        str(tmp_path / "cluster"),
+        "--summary",
+        str(summary_path),
+    ]
     # A process group of its own: on a timeout the driver, its JVM (with the
     # master and workers) and the executor JVMs are ended together.
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -54,7 +67,7 @@ def _run_job(tmp_path: Path) -> tuple[dict, str]:
     assert proc.returncode == 0, f"distributed job failed ({proc.returncode}):\n{err[-5000:]}"
     lines = [line for line in out.splitlines() if line.startswith(PREFIX)]
     assert lines, f"no summary in the job's output:\n{out[-2000:]}\n{err[-3000:]}"
-    return json.loads(lines[-1][len(PREFIX):]), err
+    return json.loads(lines[-1][len(PREFIX) :]), err
 
 
 def _check_phase(summary: dict, name: str) -> dict:

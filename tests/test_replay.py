@@ -25,7 +25,10 @@ def test_write_and_index(tmp_path):
     tl = Timeline(str(path))
     # (offset, length, proc_ms, effective watermark): proc and watermark carry forward
     assert [(s[2], s[3]) for s in tl.steps] == [
-        (0, None), (0, 2000), (5000, 2000), (6000, MAX_TIMESTAMP)
+        (0, None),
+        (0, 2000),
+        (5000, 2000),
+        (6000, MAX_TIMESTAMP),
     ]
     assert tl.schema_ddl().startswith("kind STRING, key string, ts BIGINT, `value` double")
 
@@ -79,10 +82,15 @@ def test_one_step_per_micro_batch(spark, tmp_path):
     assert query.exception() is None
     # kind, key, ts, value, watermark_ms, proc_ms, step
     assert batches == {
-        0: [("data", "a", 1000, 3.0, None, 0, 0), ("data", "b", 1500, 1.0, None, 0, 0),
-            ("tick", None, None, None, None, 0, 0)],
+        0: [
+            ("data", "a", 1000, 3.0, None, 0, 0),
+            ("data", "b", 1500, 1.0, None, 0, 0),
+            ("tick", None, None, None, None, 0, 0),
+        ],
         1: [("tick", None, None, None, 2000, 0, 1)],
         2: [("clock", None, None, None, 2000, 5000, 2)],  # neither rows nor a watermark
-        3: [("data", "a", 400, 2.0, MAX_TIMESTAMP, 6000, 3),
-            ("tick", None, None, None, MAX_TIMESTAMP, 6000, 3)],
+        3: [
+            ("data", "a", 400, 2.0, MAX_TIMESTAMP, 6000, 3),
+            ("tick", None, None, None, MAX_TIMESTAMP, 6000, 3),
+        ],
     }

@@ -38,9 +38,7 @@ from headwater.runners.spark.timeline import run_timeline, timeline_steps
 
 pytestmark = pytest.mark.spark
 
-_SCHEMA = StructType(
-    [StructField("value", LongType()), StructField("name", StringType())]
-)
+_SCHEMA = StructType([StructField("value", LongType()), StructField("name", StringType())])
 
 
 # ------------------------------------------------------------------ helpers
@@ -58,9 +56,7 @@ def _norm_value(v):
 
 def _norm_panes(df: pd.DataFrame) -> list[tuple]:
     cols = [c for c in df.columns]
-    return sorted(
-        (tuple(_norm_value(r[c]) for c in cols) for _, r in df.iterrows()), key=repr
-    )
+    return sorted((tuple(_norm_value(r[c]) for c in cols) for _, r in df.iterrows()), key=repr)
 
 
 def _norm_dropped(df: pd.DataFrame) -> list[tuple]:
@@ -100,15 +96,22 @@ STRATEGIES = {
     ),
     "sliding_early_mean_lateness": (
         WindowingStrategy.of(
-            SlidingWindows(10, 5), AfterWatermark(early=AfterProcessingTime(5)),
+            SlidingWindows(10, 5),
+            AfterWatermark(early=AfterProcessingTime(5)),
             allowed_lateness=10,
         ),
-        {"total": (Sum(), "value"), "avg": (Mean(), "value"), "n": (Count(), None),
-         "top": (Max(), "value")},
+        {
+            "total": (Sum(), "value"),
+            "avg": (Mean(), "value"),
+            "n": (Count(), None),
+            "top": (Max(), "value"),
+        },
     ),
     "sliding_count_discarding_values": (
         WindowingStrategy.of(
-            SlidingWindows(10, 5), Repeatedly(AfterCount(2)), accumulation="discarding",
+            SlidingWindows(10, 5),
+            Repeatedly(AfterCount(2)),
+            accumulation="discarding",
             allowed_lateness=5,
         ),
         None,
@@ -252,13 +255,21 @@ def test_bounded_watermark_from_spark(spark, tmp_path, lift):
     assert all(s["numRowsDroppedByWatermark"] == 0 for p in progress for s in p["stateOperators"])
     p1 = got[("p", 1)]
     assert sorted(zip(p1.user, p1.total, p1.timing, strict=True)) == [
-        ("a", 1, "ON_TIME"), ("b", 2, "ON_TIME")
+        ("a", 1, "ON_TIME"),
+        ("b", 2, "ON_TIME"),
     ]
     assert str(p1.window_end.iloc[0]) == "1970-01-01 00:00:10"
     d1 = got[("d", 1)]
     score = "sum_score" if lift else "score"  # lifted: a partial aggregate
-    assert list(d1.columns) == ["user", "window_start", "window_end", "event_time", "reason",
-                                "elements", score]
+    assert list(d1.columns) == [
+        "user",
+        "window_start",
+        "window_end",
+        "event_time",
+        "reason",
+        "elements",
+        score,
+    ]
     assert d1[["user", "reason", "elements", score]].values.tolist() == [["a", "late", 1, 7]]
     # The last batch has no data: the event-time timer of a's shard fires [10, 20)
     # once Spark's watermark reaches 23 s.
@@ -266,9 +277,7 @@ def test_bounded_watermark_from_spark(spark, tmp_path, lift):
     assert last["numInputRows"] == 0
     assert last["eventTime"]["watermark"] == "1970-01-01T00:00:23.000Z"
     p2 = got[("p", last["batchId"])]
-    assert p2[["user", "total", "timing", "is_last"]].values.tolist() == [
-        ["a", 5, "ON_TIME", True]
-    ]
+    assert p2[["user", "total", "timing", "is_last"]].values.tolist() == [["a", 5, "ON_TIME", True]]
     metrics = [p["observedMetrics"]["headwater"] for p in progress]
     assert sum(m["panes"] for m in metrics) == 3
     assert sum(m["dropped"] for m in metrics) == 1
@@ -339,8 +348,9 @@ def test_dead_letters_and_panes_split(spark, tmp_path):
     p = panes(sdf).toPandas()
     d = dead_letters(sdf).toPandas()
     assert sorted(zip(p.key, p.total, strict=True)) == [("a", 1.0), ("b", 3.0)]
-    assert d[["key", "window_start", "window_end", "event_time", "reason", "elements", "value"]
-             ].values.tolist() == [["a", 0, 10000, 2000, "late", 1, 2.0]]
+    assert d[
+        ["key", "window_start", "window_end", "event_time", "reason", "elements", "value"]
+    ].values.tolist() == [["a", 0, 10000, 2000, "late", 1, 2.0]]
 
 
 # ---------------------------------------------------------------- recovery
@@ -383,8 +393,14 @@ def _long_timeline(path, n_steps=14):
         n = 30
         keys = rng.choice(["a", "b", "c", "d", "e"], n)
         ts = wm + rng.integers(-8000, 12000, n)
-        steps.append({"proc_ms": proc, "rows": [[k, int(t), float(j)] for j, (k, t) in
-                                                enumerate(zip(keys, ts, strict=True))]})
+        steps.append(
+            {
+                "proc_ms": proc,
+                "rows": [
+                    [k, int(t), float(j)] for j, (k, t) in enumerate(zip(keys, ts, strict=True))
+                ],
+            }
+        )
         if i % 2 == 1:
             wm += 5000
             steps.append({"proc_ms": proc, "watermark_ms": wm})
@@ -433,8 +449,9 @@ def test_recovery_after_crash_and_stop(spark, tmp_path):
 
     # 1. Uninterrupted run.
     clean: dict[int, pd.DataFrame] = {}
-    q = _recovery_query(spark, path, str(tmp_path / "ck-clean"),
-                        lambda b, i: clean.__setitem__(i, b.toPandas()))
+    q = _recovery_query(
+        spark, path, str(tmp_path / "ck-clean"), lambda b, i: clean.__setitem__(i, b.toPandas())
+    )
     q.awaitTermination(300)
     assert q.exception() is None
     assert sorted(clean) == list(range(n_steps))
@@ -497,6 +514,4 @@ def test_transcript_on_spark(spark, path, name):
     here = os.path.join(os.path.dirname(__file__), "transcripts", path)
     with open(here) as f:
         (doc,) = [d for d in yaml.safe_load_all(f) if d and d.get("name") == name]
-    run_document(
-        Document.parse(doc), lambda s, a, steps: run_timeline(s, a, steps, spark=spark)
-    )
+    run_document(Document.parse(doc), lambda s, a, steps: run_timeline(s, a, steps, spark=spark))

@@ -29,8 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in names:
-        print(f"headwater bench: unknown benchmark {name!r} (have: {', '.join(names)})",
-              file=sys.stderr)
+        print(
+            f"headwater bench: unknown benchmark {name!r} (have: {', '.join(names)})",
+            file=sys.stderr,
+        )
         return 2
     module = importlib.import_module(f"{__name__}.{name}")
     return int(module.main(rest) or 0)

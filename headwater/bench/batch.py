@@ -181,9 +181,11 @@ def run(args) -> dict:
 
 
 def _print(report: dict) -> None:
-    print(f"headwater bench batch: {report['rows']:,} rows, {report['keys']:,} keys, "
-          f"{report['master']}, {report['shuffle_partitions']} shuffle partitions, "
-          f"median of {report['reps']} runs (noop sink)")
+    print(
+        f"headwater bench batch: {report['rows']:,} rows, {report['keys']:,} keys, "
+        f"{report['master']}, {report['shuffle_partitions']} shuffle partitions, "
+        f"median of {report['reps']} runs (noop sink)"
+    )
     labels = {
         "headwater": "headwater",
         "spark_sql": "spark sql (native window fn)",
@@ -198,8 +200,9 @@ def _print(report: dict) -> None:
             line = f"    {label:<30}{e[name + '_s']:8.3f}s{e['best_s'][name]:8.3f}s"
             if name != "headwater":
                 suffix = name.removeprefix("spark_sql")
-                line += (f"   ratio {e['ratio' + suffix]:.3f} "
-                         f"(best {e['ratio' + suffix + '_best']:.3f})")
+                line += (
+                    f"   ratio {e['ratio' + suffix]:.3f} (best {e['ratio' + suffix + '_best']:.3f})"
+                )
             print(line)
     print("  ratio = spark time / headwater time, of the medians (target >= 0.9)")
 

@@ -62,38 +62,65 @@ BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="headwater bench streaming", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="headwater bench streaming",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rows", type=int, default=2_000_000, help="events (default 2,000,000)")
-    p.add_argument("--keys", default="1000,10000",
-                   help="distinct keys; a comma list runs one benchmark per value "
-                        "(default 1000,10000: both ends of the range headwater targets)")
-    p.add_argument("--span", type=float, default=400.0,
-                   help="seconds of event time the events cover (default 400)")
+    p.add_argument(
+        "--keys",
+        default="1000,10000",
+        help="distinct keys; a comma list runs one benchmark per value "
+        "(default 1000,10000: both ends of the range headwater targets)",
+    )
+    p.add_argument(
+        "--span",
+        type=float,
+        default=400.0,
+        help="seconds of event time the events cover (default 400)",
+    )
     p.add_argument("--window", type=float, default=2.0, help="window size, s (default 2)")
-    p.add_argument("--disorder", type=float, default=5.0,
-                   help="max lateness of ordinary events, s (default 5)")
-    p.add_argument("--late-fraction", type=float, default=0.001,
-                   help="fraction of events 60 s late (default 0.001)")
+    p.add_argument(
+        "--disorder", type=float, default=5.0, help="max lateness of ordinary events, s (default 5)"
+    )
+    p.add_argument(
+        "--late-fraction",
+        type=float,
+        default=0.001,
+        help="fraction of events 60 s late (default 0.001)",
+    )
     p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s (default 10)")
     p.add_argument("--files", type=int, default=20, help="Parquet files (default 20)")
-    p.add_argument("--files-per-trigger", type=int, default=5,
-                   help="maxFilesPerTrigger (default 5)")
-    p.add_argument("--shards", type=int, default=None,
-                   help="headwater shards (default: shuffle partitions)")
-    p.add_argument("--partitions", type=int, default=2,
-                   help="spark.sql.shuffle.partitions (default 2)")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="measured runs of each engine, alternating (default 3); "
-                        "rows/s are medians")
-    p.add_argument("--no-warmup", action="store_true",
-                   help="skip the warm-up run of each engine on one file")
+    p.add_argument(
+        "--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger (default 5)"
+    )
+    p.add_argument(
+        "--shards", type=int, default=None, help="headwater shards (default: shuffle partitions)"
+    )
+    p.add_argument(
+        "--partitions", type=int, default=2, help="spark.sql.shuffle.partitions (default 2)"
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="measured runs of each engine, alternating (default 3); rows/s are medians",
+    )
+    p.add_argument(
+        "--no-warmup", action="store_true", help="skip the warm-up run of each engine on one file"
+    )
     p.add_argument("--no-lift", action="store_true", help="headwater without combiner lifting")
-    p.add_argument("--changelog", action="store_true",
-                   help="RocksDB changelog checkpointing (both engines)")
-    p.add_argument("--arrow-batch", type=int, default=10_000,
-                   help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default "
-                        "10000; 100000 makes headwater's packing stage ~10%% faster)")
+    p.add_argument(
+        "--changelog", action="store_true", help="RocksDB changelog checkpointing (both engines)"
+    )
+    p.add_argument(
+        "--arrow-batch",
+        type=int,
+        default=10_000,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default "
+        "10000; 100000 makes headwater's packing stage ~10%% faster)",
+    )
     p.add_argument("--only", choices=["native", "headwater"], default=None)
     p.add_argument("--workdir", default=None, help="where data and checkpoints go (temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -101,12 +128,28 @@ def _args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def generate(path: str, *, rows: int, keys: int, span: float, disorder: float,
-             late_fraction: float, files: int, seed: int = 7) -> None:
+def generate(
+    path: str,
+    *,
+    rows: int,
+    keys: int,
+    span: float,
+    disorder: float,
+    late_fraction: float,
+    files: int,
+    seed: int = 7,
+) -> None:
     """Write the events as ``files`` Parquet files, in arrival order (skipped when
     ``path`` already holds the same data)."""
-    params = dict(rows=rows, keys=keys, span=span, disorder=disorder,
-                  late_fraction=late_fraction, files=files, seed=seed)
+    params = dict(
+        rows=rows,
+        keys=keys,
+        span=span,
+        disorder=disorder,
+        late_fraction=late_fraction,
+        files=files,
+        seed=seed,
+    )
     stamp = os.path.join(path, "_params.json")
     if os.path.exists(stamp):
         with open(stamp) as f:
@@ -126,11 +169,13 @@ def generate(path: str, *, rows: int, keys: int, span: float, disorder: float,
     per_file = -(-rows // files)
     for f in range(files):
         sl = slice(f * per_file, min(rows, (f + 1) * per_file))
-        table = pa.table({
-            "key": pa.array(names[key_ids[sl]], pa.string()),
-            "et": pa.array(et[sl].astype("datetime64[ms]"), pa.timestamp("us", tz="UTC")),
-            "value": pa.array(values[sl], pa.int64()),
-        })
+        table = pa.table(
+            {
+                "key": pa.array(names[key_ids[sl]], pa.string()),
+                "et": pa.array(et[sl].astype("datetime64[ms]"), pa.timestamp("us", tz="UTC")),
+                "value": pa.array(values[sl], pa.int64()),
+            }
+        )
         pq.write_table(table, os.path.join(path, f"part-{f:05d}.parquet"))
     with open(stamp, "w") as f:
         json.dump(params, f)
@@ -154,8 +199,9 @@ def _session(partitions: int, changelog: bool = False, arrow_batch: int = 10_000
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(arrow_batch),
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled":
-            str(changelog).lower(),
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
+            changelog
+        ).lower(),
     }
     builder = SparkSession.builder
     for k, v in conf.items():
@@ -200,8 +246,9 @@ def _run(query) -> dict[str, Any]:
     first = [p for p in progress if p["batchId"] == 0]
     return {
         "seconds": elapsed,
-        "first_batch_s": (first[0]["durationMs"].get("triggerExecution", 0) / 1000
-                          if first else 0.0),
+        "first_batch_s": (
+            first[0]["durationMs"].get("triggerExecution", 0) / 1000 if first else 0.0
+        ),
         "steady_s": later_s,
         "steady_rows": later_rows,
         "batches": len(progress),
@@ -221,8 +268,11 @@ def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
         .agg(F.sum("value").alias("sum"))
     )
     query = (
-        agg.writeStream.format("noop").outputMode("append")
-        .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+        agg.writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
     )
     return _run(query)
 
@@ -246,8 +296,12 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
         lift=not args.no_lift,
     )
     query = (
-        observe_counts(out).writeStream.format("noop").outputMode("append")
-        .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+        observe_counts(out)
+        .writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start()
     )
     return _run(query)
 
@@ -256,8 +310,15 @@ def bench_one(spark, work: str, keys: int, args) -> dict[str, Any]:
     """Both engines on one data set: warm-up, then ``--repeat`` alternating runs."""
     src = os.path.join(work, f"events-{keys}keys")
     t0 = time.perf_counter()
-    generate(src, rows=args.rows, keys=keys, span=args.span, disorder=args.disorder,
-             late_fraction=args.late_fraction, files=args.files)
+    generate(
+        src,
+        rows=args.rows,
+        keys=keys,
+        span=args.span,
+        disorder=args.disorder,
+        late_fraction=args.late_fraction,
+        files=args.files,
+    )
     result: dict[str, Any] = {"keys": keys, "generate_s": round(time.perf_counter() - t0, 2)}
     engines = {"native": run_native, "headwater": run_headwater}
     if args.only:
@@ -301,9 +362,7 @@ def bench_one(spark, work: str, keys: int, args) -> dict[str, Any]:
         hw, native = result["headwater"], result["native"]
         result["ratio"] = round(hw["rows_per_s"] / native["rows_per_s"], 3)
         if hw["steady_rows_per_s"] and native["steady_rows_per_s"]:
-            result["steady_ratio"] = round(
-                hw["steady_rows_per_s"] / native["steady_rows_per_s"], 3
-            )
+            result["steady_ratio"] = round(hw["steady_rows_per_s"] / native["steady_rows_per_s"], 3)
     return result
 
 
@@ -314,12 +373,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spark = _session(args.partitions, args.changelog, args.arrow_batch)
         report: dict[str, Any] = {
-            "rows": args.rows, "window_s": args.window, "span_s": args.span,
-            "watermark_delay_s": args.delay, "files": args.files,
+            "rows": args.rows,
+            "window_s": args.window,
+            "span_s": args.span,
+            "watermark_delay_s": args.delay,
+            "files": args.files,
             "files_per_trigger": args.files_per_trigger,
-            "shuffle_partitions": args.partitions, "shards": args.shards or args.partitions,
-            "lift": not args.no_lift, "changelog_checkpointing": args.changelog,
-            "repeat": args.repeat, "arrow_batch": args.arrow_batch, "results": [],
+            "shuffle_partitions": args.partitions,
+            "shards": args.shards or args.partitions,
+            "lift": not args.no_lift,
+            "changelog_checkpointing": args.changelog,
+            "repeat": args.repeat,
+            "arrow_batch": args.arrow_batch,
+            "results": [],
         }
         for keys in key_counts:
             r = bench_one(spark, work, keys, args)
@@ -328,13 +394,19 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("native", "headwater"):
                     if name in r:
                         e = r[name]
-                        print(f"{keys:>6} keys {name:>9}: {e['rows_per_s']:>10,} rows/s "
-                              f"(median of {e['seconds']} s; {e['batches']} batches, "
-                              f"{e['output_rows']:,} output rows)", flush=True)
+                        print(
+                            f"{keys:>6} keys {name:>9}: {e['rows_per_s']:>10,} rows/s "
+                            f"(median of {e['seconds']} s; {e['batches']} batches, "
+                            f"{e['output_rows']:,} output rows)",
+                            flush=True,
+                        )
                 if "ratio" in r:
-                    print(f"{keys:>6} keys     ratio: {r['ratio']} (headwater / native); "
-                          f"steady state (batches after the first): "
-                          f"{r.get('steady_ratio')}", flush=True)
+                    print(
+                        f"{keys:>6} keys     ratio: {r['ratio']} (headwater / native); "
+                        f"steady state (batches after the first): "
+                        f"{r.get('steady_ratio')}",
+                        flush=True,
+                    )
         done = [r for r in report["results"] if "ratio" in r]
         if done:
             # Over all data sets: total rows / total median seconds, per engine.
@@ -348,9 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(report))
         elif done:
-            print(f"   overall: native {report['native_rows_per_s']:,} rows/s, headwater "
-                  f"{report['headwater_rows_per_s']:,} rows/s, ratio {report['ratio']} "
-                  f"(min {report['ratio_min']})")
+            print(
+                f"   overall: native {report['native_rows_per_s']:,} rows/s, headwater "
+                f"{report['headwater_rows_per_s']:,} rows/s, ratio {report['ratio']} "
+                f"(min {report['ratio_min']})"
+            )
         return 0
     finally:
         if not args.keep and not args.workdir:
@@ -359,4 +433,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

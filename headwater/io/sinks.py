@@ -598,8 +598,10 @@ class CurrentResultsSink:
             how = self.merge.get(c) if self.merge is not None and c in layout.values else None
             old, new = f"t.{_q(c)}", f"excluded.{_q(c)}"
             if how == "sum":
-                value = f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} " \
-                        f"ELSE {old} + {new} END"
+                value = (
+                    f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} "
+                    f"ELSE {old} + {new} END"
+                )
             elif how == "min":
                 value = f"LEAST({old}, {new})"
             elif how == "max":
@@ -649,8 +651,9 @@ def postgres_results(url: str, **kwargs: Any) -> CurrentResultsSink:
 class _Store:
     dialect = ""
 
-    def apply(self, sink: CurrentResultsSink, layout: _Layout, staged: pa.Table,
-              batch_id: int) -> bool:
+    def apply(
+        self, sink: CurrentResultsSink, layout: _Layout, staged: pa.Table, batch_id: int
+    ) -> bool:
         raise NotImplementedError
 
     def last_batch_id(self, sink: CurrentResultsSink) -> int | None:
@@ -728,12 +731,24 @@ class _DuckDBStore(_Store):
     @staticmethod
     def type_of(col: str, t: pa.DataType) -> str:
         simple = {
-            pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER",
-            pa.int64(): "BIGINT", pa.uint8(): "UTINYINT", pa.uint16(): "USMALLINT",
-            pa.uint32(): "UINTEGER", pa.uint64(): "UBIGINT", pa.float16(): "FLOAT",
-            pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
-            pa.string(): "VARCHAR", pa.large_string(): "VARCHAR", pa.binary(): "BLOB",
-            pa.large_binary(): "BLOB", pa.date32(): "DATE", pa.date64(): "DATE",
+            pa.int8(): "TINYINT",
+            pa.int16(): "SMALLINT",
+            pa.int32(): "INTEGER",
+            pa.int64(): "BIGINT",
+            pa.uint8(): "UTINYINT",
+            pa.uint16(): "USMALLINT",
+            pa.uint32(): "UINTEGER",
+            pa.uint64(): "UBIGINT",
+            pa.float16(): "FLOAT",
+            pa.float32(): "FLOAT",
+            pa.float64(): "DOUBLE",
+            pa.bool_(): "BOOLEAN",
+            pa.string(): "VARCHAR",
+            pa.large_string(): "VARCHAR",
+            pa.binary(): "BLOB",
+            pa.large_binary(): "BLOB",
+            pa.date32(): "DATE",
+            pa.date64(): "DATE",
         }
         if t in simple:
             return simple[t]
@@ -851,12 +866,24 @@ class _PostgresStore(_Store):
     @staticmethod
     def type_of(col: str, t: pa.DataType) -> str:
         simple = {
-            pa.int8(): "SMALLINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER",
-            pa.int64(): "BIGINT", pa.uint8(): "SMALLINT", pa.uint16(): "INTEGER",
-            pa.uint32(): "BIGINT", pa.uint64(): "NUMERIC(20, 0)", pa.float16(): "REAL",
-            pa.float32(): "REAL", pa.float64(): "DOUBLE PRECISION", pa.bool_(): "BOOLEAN",
-            pa.string(): "TEXT", pa.large_string(): "TEXT", pa.binary(): "BYTEA",
-            pa.large_binary(): "BYTEA", pa.date32(): "DATE", pa.date64(): "DATE",
+            pa.int8(): "SMALLINT",
+            pa.int16(): "SMALLINT",
+            pa.int32(): "INTEGER",
+            pa.int64(): "BIGINT",
+            pa.uint8(): "SMALLINT",
+            pa.uint16(): "INTEGER",
+            pa.uint32(): "BIGINT",
+            pa.uint64(): "NUMERIC(20, 0)",
+            pa.float16(): "REAL",
+            pa.float32(): "REAL",
+            pa.float64(): "DOUBLE PRECISION",
+            pa.bool_(): "BOOLEAN",
+            pa.string(): "TEXT",
+            pa.large_string(): "TEXT",
+            pa.binary(): "BYTEA",
+            pa.large_binary(): "BYTEA",
+            pa.date32(): "DATE",
+            pa.date64(): "DATE",
         }
         if t in simple:
             return simple[t]

@@ -160,8 +160,9 @@ def _field(df: DataFrame, column: str) -> T.StructField:
 
 
 # ------------------------------------------------------------------ aggregations
-def spark_aggregate(fn: CombineFn, column: str | None, input_type: T.DataType | None = None
-                    ) -> Column:
+def spark_aggregate(
+    fn: CombineFn, column: str | None, input_type: T.DataType | None = None
+) -> Column:
     """Spark's native aggregate equivalent to the core combiner ``fn`` over ``column``.
 
     The equivalence is the one a bounded window needs: the combiner's output for
@@ -323,8 +324,10 @@ def compile_bounded(
         ts = F.when(
             ts.isNull(),
             F.raise_error(
-                F.lit(f"headwater: null event time in column {event_time_col!r} "
-                      "(pass on_null_event_time='dead_letter' to route such rows aside)")
+                F.lit(
+                    f"headwater: null event time in column {event_time_col!r} "
+                    "(pass on_null_event_time='dead_letter' to route such rows aside)"
+                )
             ),
         ).otherwise(ts)
     with_ts = df.withColumn(_TS, ts)
@@ -332,9 +335,7 @@ def compile_bounded(
     # could move in front of raise_error.
     valid = with_ts if on_null_event_time == "error" else with_ts.where(F.col(_TS).isNotNull())
 
-    dead = with_ts.where(F.col(_TS).isNull()).drop(_TS).withColumn(
-        "reason", F.lit(NULL_EVENT_TIME)
-    )
+    dead = with_ts.where(F.col(_TS).isNull()).drop(_TS).withColumn("reason", F.lit(NULL_EVENT_TIME))
     if type(window_fn) is SlidingWindows and window_fn.period > window_fn.size:
         gap = valid.where(
             F.pmod(F.col(_TS) - F.lit(window_fn.offset), F.lit(window_fn.period))
@@ -343,9 +344,9 @@ def compile_bounded(
         dead = dead.unionByName(gap.drop(_TS).withColumn("reason", F.lit(NO_WINDOW)))
 
     # Only the columns the aggregation reads cross the shuffle.
-    needed = list(dict.fromkeys(
-        [*key_cols, _TS, *(c for _, c in aggregations.values() if c is not None)]
-    ))
+    needed = list(
+        dict.fromkeys([*key_cols, _TS, *(c for _, c in aggregations.values() if c is not None)])
+    )
     valid = valid.select(*needed)
 
     agg_exprs = [
@@ -365,8 +366,10 @@ def compile_bounded(
         windowed = _assign_windows(valid, window_fn)
         if type(window_fn) in (FixedWindows, SlidingWindows):
             # The end follows from the start: group (and shuffle) by the start alone.
-            grouped = windowed.groupBy(*key_cols, _START).agg(*agg_exprs).withColumn(
-                _END, F.col(_START) + F.lit(window_fn.size)
+            grouped = (
+                windowed.groupBy(*key_cols, _START)
+                .agg(*agg_exprs)
+                .withColumn(_END, F.col(_START) + F.lit(window_fn.size))
             )
         else:
             grouped = windowed.groupBy(*key_cols, _START, _END).agg(*agg_exprs)
@@ -437,8 +440,10 @@ def _check_names(key_cols: Sequence[str], aggregations: Aggregations) -> None:
     seen: set[str] = set()
     for name in [*key_cols, *aggregations]:
         if name in reserved:
-            raise ValueError(f"{name!r} is an output column of a windowed aggregation; "
-                             "rename the key or aggregation")
+            raise ValueError(
+                f"{name!r} is an output column of a windowed aggregation; "
+                "rename the key or aggregation"
+            )
         if name.startswith("__hw_"):
             raise ValueError(f"column names starting with '__hw_' are reserved: {name!r}")
         if name in seen:

@@ -623,7 +623,6 @@ class _Packer:
             names=["shard", "n", "payload"],
         )
 
-
     def _lift(self, table: pa.Table) -> pa.Table:
         """Pre-aggregate data rows per (shard, key, window slice)."""
         lift = self.plan.lift
