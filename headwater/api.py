@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headwater.model import types
 from headwater.model.combiners import (
     ApproxDistinct,
     ApproxQuantiles,
@@ -66,8 +67,14 @@ from headwater.model.combiners import (
     TopK,
 )
 from headwater.model.panes import Accumulation, TimestampCombiner
+from headwater.model.plan import (
+    Capabilities,
+    PlanError,
+    Schema,
+    WindowedAggregationPlan,
+    build_plan,
+)
 from headwater.model.strategy import WindowingStrategy
-from headwater.model.time import to_millis
 from headwater.model.triggers import (
     AfterAll,
     AfterAny,
@@ -80,6 +87,13 @@ from headwater.model.triggers import (
     OrFinally,
     Repeatedly,
     Trigger,
+)
+from headwater.model.watermarks import (
+    BoundedOutOfOrderness,
+    Perfect,
+    Punctuated,
+    WatermarkStrategy,
+    watermark_strategy,
 )
 from headwater.model.windows import (
     CalendarWindows,
@@ -136,11 +150,16 @@ __all__ = [
     "AfterAll",
     "OrFinally",
     "Never",
+    # the plan and where the watermark comes from
+    "PlanError",
+    "WindowedAggregationPlan",
+    "WatermarkStrategy",
+    "BoundedOutOfOrderness",
+    "Punctuated",
+    "Perfect",
 ]
 
-_NULL_POLICIES = ("dead_letter", "error")
 _INPUT_PREFIX = "__hw_in_"
-_NO_KEY = "__hw_no_key"
 
 
 # ------------------------------------------------------------------ aggregations
@@ -165,13 +184,17 @@ def _column(column: Any, helper: str) -> Any:
 
 
 def sum(column: str | Column) -> Aggregation:  # noqa: A001 - mirrors pyspark.sql.functions
-    """Sum of the values (nulls ignored; a window with no non-null value sums to 0)."""
+    """Sum of the values (nulls ignored; a window with no non-null value sums to NULL,
+    as in SQL: NaN in a pandas result)."""
     return Aggregation(Sum(), _column(column, "sum"))
 
 
-def count() -> Aggregation:
-    """Number of elements in the pane (every row counts, whatever its values)."""
-    return Aggregation(Count(), None)
+def count(column: str | Column | None = None) -> Aggregation:
+    """Number of elements in the pane: ``count()`` counts every row (SQL ``COUNT(*)``),
+    ``count(column)`` the non-null values of ``column`` (SQL ``COUNT(col)``)."""
+    if column is None:
+        return Aggregation(Count(), None)
+    return Aggregation(Count(skip_nulls=True), column)
 
 
 def mean(column: str | Column) -> Aggregation:
@@ -240,16 +263,16 @@ def from_spark(
     """An event stream over a Spark DataFrame, bounded or streaming.
 
     ``event_time`` names a ``TIMESTAMP`` column or an integral column of epoch
-    milliseconds. ``watermark`` (a duration such as ``"10 minutes"``) is the
-    bounded out-of-orderness of a streaming input, as Spark's
-    ``withWatermark``, or ``"punctuated"`` when the stream carries its watermark
-    in a ``watermark_ms`` column (the default for a streaming input that has
-    one); a bounded input is complete, so its watermark is perfect and this is
-    ignored. ``on_null_event_time`` is ``"dead_letter"`` (rows
-    with a null event time are left out and returned by ``dead_letters()``) or
-    ``"error"`` (the query fails).
+    milliseconds. ``watermark`` (a :class:`~headwater.model.watermarks.
+    WatermarkStrategy`, or a duration such as ``"10 minutes"`` for bounded
+    out-of-orderness as Spark's ``withWatermark``, or ``"punctuated"`` when the
+    stream carries its watermark in a ``watermark_ms`` column, the default for
+    a streaming input that has one); a bounded input is complete, so its
+    watermark is perfect and this is ignored. ``on_null_event_time`` is
+    ``"dead_letter"`` (rows with a null event time are left out and returned by
+    ``dead_letters()``) or ``"error"`` (the query fails).
     """
-    return EventStream(df, event_time, watermark=watermark, on_null_event_time=on_null_event_time)
+    return EventStream(df, event_time, watermark, on_null_event_time)
 
 
 def from_pandas(
@@ -258,6 +281,7 @@ def from_pandas(
     *,
     arrival_time: str | None = None,
     watermark: Any = None,
+    on_null_event_time: str = "dead_letter",
 ) -> EventStream:
     """An event stream over a pandas DataFrame, run by the local runner.
 
@@ -265,47 +289,50 @@ def from_pandas(
     ``to_pandas()`` runs it in this process. Without ``arrival_time`` the frame
     is a complete input (one ON_TIME pane per window, as on Spark batch). With
     an ``arrival_time`` column (processing time) the rows are replayed as
-    micro-batches of equal arrival time, with a bounded out-of-orderness
-    ``watermark`` (a duration), so early, on-time and late panes appear as
+    micro-batches of equal arrival time, with the ``watermark`` strategy (a
+    duration for bounded out-of-orderness, ``"perfect"``, or ``"punctuated"``
+    with a ``watermark_ms`` column), so early, on-time and late panes appear as
     they would on a stream.
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"from_pandas takes a pandas DataFrame, got {type(df).__name__}")
-    for col in (event_time, arrival_time):
-        if col is not None and col not in df.columns:
-            raise ValueError(f"no column {col!r} in the DataFrame (columns: {list(df.columns)})")
-    stream = EventStream.__new__(EventStream)
-    stream.df, stream.event_time, stream.watermark = df, event_time, watermark
-    stream.on_null_event_time, stream.arrival_time = "error", arrival_time
-    return stream
+    if arrival_time is not None and arrival_time not in df.columns:
+        raise PlanError(
+            f"arrival-time column {arrival_time!r} is not a column of the input",
+            argument=arrival_time,
+            found=f"columns {list(df.columns)}",
+        )
+    return EventStream(df, event_time, watermark, on_null_event_time, arrival_time)
 
 
 class EventStream:
-    """Elements with event times: a DataFrame and the name of its event-time column."""
+    """Elements with event times: a DataFrame, its event-time column and watermark."""
 
     def __init__(
         self,
-        df: DataFrame,
+        df: Any,
         event_time: str,
-        *,
         watermark: Any = None,
         on_null_event_time: str = "dead_letter",
+        arrival_time: str | None = None,
     ) -> None:
-        from headwater.runners.spark.batch import event_time_millis
-
         if not isinstance(event_time, str):
             raise TypeError("event_time must be a column name")
-        if on_null_event_time not in _NULL_POLICIES:
-            raise ValueError(
-                f"on_null_event_time must be one of {_NULL_POLICIES}, got {on_null_event_time!r}"
-            )
-        event_time_millis(df, event_time)  # checks the column exists and has a usable type
         self.df = df
         self.event_time = event_time
-        self.watermark = watermark
+        self.watermark = watermark_strategy(watermark)
         self.on_null_event_time = on_null_event_time
-
-    arrival_time: str | None = None
+        self.arrival_time = arrival_time
+        # Fail now, not when the query runs: the event time must exist and be usable.
+        build_plan(
+            self.schema(),
+            keys=(),
+            event_time=event_time,
+            windowing=WindowingStrategy(),
+            aggregations={"n": (Count(), None)},
+            bounded=True,
+            on_null_event_time=on_null_event_time,
+        )
 
     @property
     def is_local(self) -> bool:
@@ -314,7 +341,36 @@ class EventStream:
 
     @property
     def is_streaming(self) -> bool:
-        return False if self.is_local else bool(self.df.isStreaming)
+        if self.is_local:
+            return self.arrival_time is not None
+        return bool(self.df.isStreaming)
+
+    def schema(self, df: Any = None) -> Schema:
+        """The logical schema of the input (or of ``df``, a projection of it)."""
+        df = self.df if df is None else df
+        if isinstance(df, pd.DataFrame):
+            return Schema.of({str(c): types.of_pandas(df[c]) for c in df.columns})
+        from headwater.runners.spark.types import of_spark
+
+        return Schema.of({f.name: of_spark(f.dataType) for f in df.schema.fields})
+
+    def capabilities(self) -> Capabilities:
+        """The runner this input runs on."""
+        if self.is_local:
+            from headwater.runners.local import CAPABILITIES
+
+            return CAPABILITIES
+        if self.is_streaming:
+            return _streaming_runner().CAPABILITIES
+        from headwater.runners.spark.batch import CAPABILITIES
+
+        return CAPABILITIES
+
+    def resolved_watermark(self) -> WatermarkStrategy | None:
+        """The watermark strategy, with the default of a stream that carries one."""
+        if self.watermark is None and self.is_streaming and "watermark_ms" in self.df.columns:
+            return Punctuated()
+        return self.watermark
 
     def window(
         self,
@@ -333,9 +389,11 @@ class EventStream:
             strategy = window_fn
         else:
             if window_fn is not None and not isinstance(window_fn, WindowFn):
-                raise TypeError(f"not a window function: {window_fn!r}")
+                raise PlanError(
+                    "not a window function", argument="window_fn", found=repr(window_fn)
+                )
             if trigger is not None and not isinstance(trigger, Trigger):
-                raise TypeError(f"not a trigger: {trigger!r}")
+                raise PlanError("not a trigger", argument="trigger", found=repr(trigger))
             strategy = WindowingStrategy.of(
                 window_fn=window_fn,
                 trigger=trigger,
@@ -361,11 +419,11 @@ class WindowedStream:
         """Key columns (names). Without any, each window aggregates all elements."""
         if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
             cols = tuple(cols[0])
+        schema = self.source.schema()
         for c in cols:
             if not isinstance(c, str):
-                raise TypeError(f"group_by takes column names, got {c!r}")
-            if c not in self.source.df.columns:
-                raise ValueError(f"no column {c!r} to group by (columns: {self.source.df.columns})")
+                raise PlanError("group_by takes column names", argument="group_by", found=repr(c))
+            schema.type_of(c, role="key column")
         return GroupedWindowedStream(self, tuple(cols))
 
     def agg(self, **aggregations: Aggregation) -> WindowedAggregation:
@@ -382,8 +440,6 @@ class GroupedWindowedStream:
 
     def agg(self, **aggregations: Aggregation) -> WindowedAggregation:
         """What: named aggregations, e.g. ``total=hw.sum("score"), n=hw.count()``."""
-        if not aggregations:
-            raise ValueError("agg() needs at least one named aggregation, e.g. n=hw.count()")
         specs = {name: _as_aggregation(name, spec) for name, spec in aggregations.items()}
         return WindowedAggregation(
             self.windowed.source, self.windowed.strategy, self.key_cols, specs
@@ -391,7 +447,12 @@ class GroupedWindowedStream:
 
 
 class WindowedAggregation:
-    """The result: panes of windowed, keyed aggregations. :meth:`to_spark` runs it."""
+    """The result: panes of windowed, keyed aggregations, as a validated plan.
+
+    Building it validates the whole pipeline against the input's schema
+    (:class:`~headwater.model.plan.PlanError` names the column and the fix);
+    :meth:`to_pandas`, :meth:`to_spark` and :meth:`start` run the plan.
+    """
 
     def __init__(
         self,
@@ -404,7 +465,19 @@ class WindowedAggregation:
         self.strategy = strategy
         self.key_cols = key_cols
         self.aggregations = dict(aggregations)
-        self._plan = None
+        self.input, core = self._inputs()
+        self.plan: WindowedAggregationPlan = build_plan(
+            source.schema(self.input),
+            keys=key_cols,
+            event_time=source.event_time,
+            windowing=strategy,
+            aggregations=core,
+            bounded=not source.is_streaming,
+            watermark=source.resolved_watermark(),
+            on_null_event_time=source.on_null_event_time,
+            capabilities=source.capabilities(),
+        )
+        self._bounded = None
         self._local = None
 
     @property
@@ -412,14 +485,21 @@ class WindowedAggregation:
         return self.source.is_streaming
 
     # -- the input as the runners take it -------------------------------------
-    def _inputs(self) -> tuple[DataFrame, dict[str, tuple[CombineFn, str | None]]]:
-        """The input DataFrame with expression inputs projected to columns, and the
+    def _inputs(self) -> tuple[Any, dict[str, tuple[CombineFn, str | None]]]:
+        """The input with expression inputs projected to columns, and the
         aggregations in the core's ``{name: (combine_fn, column)}`` format."""
         df = self.source.df
         core: dict[str, tuple[CombineFn, str | None]] = {}
         for name, a in self.aggregations.items():
             if a.column is None or isinstance(a.column, str):
                 core[name] = (a.combine_fn, a.column)
+            elif self.source.is_local:
+                raise PlanError(
+                    f"aggregation {name!r}: a pandas input takes column names",
+                    argument=name,
+                    found=repr(a.column),
+                    fix="Add the computed column to the DataFrame first and name it",
+                )
             else:
                 column = _INPUT_PREFIX + name
                 df = df.withColumn(column, a.column)
@@ -427,19 +507,11 @@ class WindowedAggregation:
         return df, core
 
     def _bounded_plan(self):
-        if self._plan is None:
+        if self._bounded is None:
             from headwater.runners.spark.batch import compile_bounded
 
-            df, core = self._inputs()
-            self._plan = compile_bounded(
-                df,
-                key_cols=self.key_cols,
-                event_time_col=self.source.event_time,
-                strategy=self.strategy,
-                aggregations=core,
-                on_null_event_time=self.source.on_null_event_time,
-            )
-        return self._plan
+            self._bounded = compile_bounded(self.input, self.plan)
+        return self._bounded
 
     # -- outputs ---------------------------------------------------------------
     def to_spark(self, *, num_shards: int | None = None) -> DataFrame:
@@ -454,14 +526,12 @@ class WindowedAggregation:
         counted in the query's observed metrics (``headwater``: ``panes``,
         ``dropped``), and :meth:`start` writes them to a dead-letter sink.
         """
-        if self.is_streaming:
-            streaming = _streaming_runner()
-            # Dropped (late) elements are counted in the query progress's observed
-            # metrics ("headwater": panes, dropped); start() also routes them to a sink.
-            out = streaming.observe_counts(self._streaming_output(num_shards))
-            return streaming.panes(out)
         if self.source.is_local:
             raise TypeError("this pipeline reads a pandas DataFrame: use to_pandas()")
+        if self.is_streaming:
+            streaming = _streaming_runner()
+            out = streaming.observe_counts(self._streaming_output(num_shards))
+            return streaming.panes(out)
         return self._restore_time_types(self._bounded_plan().panes)
 
     def to_pandas(self) -> pd.DataFrame:
@@ -478,22 +548,7 @@ class WindowedAggregation:
         from headwater.runners.local import run_frame
 
         if self._local is None:
-            aggregations = {}
-            for name, a in self.aggregations.items():
-                if a.column is not None and not isinstance(a.column, str):
-                    raise TypeError(f"aggregation {name!r}: a pandas input takes column names")
-                aggregations[name] = (a.combine_fn, a.column)
-            self._local = run_frame(
-                self.source.df,
-                key_cols=self.key_cols,
-                event_time=self.source.event_time,
-                strategy=self.strategy,
-                aggregations=aggregations,
-                arrival_time=self.source.arrival_time,
-                watermark_delay=None
-                if self.source.watermark is None
-                else to_millis(self.source.watermark),
-            )
+            self._local = run_frame(self.input, self.plan, arrival_time=self.source.arrival_time)
         return self._local
 
     def start(
@@ -509,7 +564,7 @@ class WindowedAggregation:
         """Start a streaming aggregation: panes to ``panes_sink`` and dropped elements
         to ``dead_letter_sink`` (each ``f(batch_df, batch_id)``), with the
         checkpoint at ``checkpoint_location``. Returns the ``StreamingQuery``."""
-        if not self.is_streaming:
+        if not self.is_streaming or self.source.is_local:
             raise ValueError("start() runs a streaming input; for a bounded one use to_spark()")
         return _streaming_runner().start_streaming(
             self._streaming_output(num_shards),
@@ -521,54 +576,23 @@ class WindowedAggregation:
         )
 
     def _streaming_output(self, num_shards: int | None) -> DataFrame:
-        """``run_streaming``'s output: panes and dropped elements, told apart by ``kind``."""
-        from pyspark.sql import functions as F
-
-        from headwater.runners.spark.batch import is_timestamp_column
-
-        df, core = self._inputs()
-        keys = list(self.key_cols)
-        if not keys:  # the streaming runner shards by key: give all elements one key
-            df = df.withColumn(_NO_KEY, F.lit(0))
-            keys = [_NO_KEY]
-        watermark = self.source.watermark
-        if watermark is None:
-            if "watermark_ms" not in df.columns:
-                raise ValueError(
-                    "a streaming input needs a watermark: from_spark(df, ..., watermark="
-                    "'10 seconds') for bounded out-of-orderness, or watermark='punctuated' "
-                    "with a watermark_ms column"
-                )
-            watermark = "punctuated"
-        kwargs: dict[str, Any] = {}
-        if num_shards is not None:
-            kwargs["num_shards"] = num_shards
-        out = _streaming_runner().run_streaming(
-            df,
-            key_cols=keys,
-            event_time_col=self.source.event_time,
-            strategy=self.strategy,
-            aggregations=core,
-            watermark=watermark,
-            timestamps="timestamp" if is_timestamp_column(df, self.source.event_time) else "ms",
-            **kwargs,
-        )
-        return out.drop(_NO_KEY) if not self.key_cols else out
+        """The streaming runner's output: panes and dropped elements, told apart by ``kind``."""
+        return _streaming_runner().compile_streaming(self.input, self.plan, num_shards=num_shards)
 
     def _restore_time_types(self, panes: DataFrame) -> DataFrame:
         """Window bounds and output timestamps in the event-time column's type."""
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        from headwater.runners.spark.batch import is_timestamp_column, millis_to_timestamp
+        from headwater.runners.spark.batch import millis_to_timestamp
 
-        if not is_timestamp_column(self.source.df, self.source.event_time):
+        if self.plan.event_time_type != types.TIMESTAMP:
             return panes  # epoch ms in, epoch ms out
-        types = {f.name: f.dataType for f in panes.schema.fields}
+        spark_types = {f.name: f.dataType for f in panes.schema.fields}
         converted = {
             name: millis_to_timestamp(F.col(name))
             for name in ("window_start", "window_end", "timestamp")
-            if isinstance(types.get(name), (T.LongType, T.IntegerType))
+            if isinstance(spark_types.get(name), (T.LongType, T.IntegerType))
         }
         return panes.withColumns(converted) if converted else panes
 
@@ -577,15 +601,15 @@ class WindowedAggregation:
 
         Bounded input: rows with a null event time (``null_event_time``) and rows
         between the windows of a sliding window function whose period exceeds its
-        size (``no_window``).
+        size (``no_window``); a local replay also late ones (``late``, ``closed``).
         """
+        if self.source.is_local:
+            return self._run_local().dropped.drop(columns="step")
         if self.is_streaming:
             raise NotImplementedError(
                 "a streaming query's dropped elements go to start(dead_letter_sink=...), "
                 "and are counted in its progress (observed metrics 'headwater')"
             )
-        if self.source.is_local:
-            return self._run_local().dropped
         return self._bounded_plan().dead_letters
 
     def dead_letter_count(self) -> int:

@@ -331,7 +331,7 @@ def run_headwater(config: dict, events: list[dict]) -> tuple[list[list[dict]], l
     """headwater's panes per step, and every element it dropped."""
     doc = Document.parse(dict(config, name="differential", transcript=events))
     steps, _ = timeline(doc.events)
-    emissions = local_runner(doc.strategy, doc.aggregations, steps)
+    emissions = local_runner(doc.plan, steps)
     assert len(emissions) == len(steps)
     panes = [em.panes.to_dict("records") for em in emissions]
     dropped = [row for em in emissions for row in em.dropped.to_dict("records")]
@@ -382,6 +382,23 @@ def _beam_max_ms(window) -> int:
 
 def _in_window(t_ms: int, window) -> bool:
     return window == "global" or window[0] <= t_ms < window[1]
+
+
+def _ontime_new(new, element, end: int, gap_ms) -> bool | None:
+    """Does a pane's new data include an element that arrived on time (rule 1)?
+
+    An element is on time when the watermark at its arrival was before the end
+    of its window then. For fixed, sliding and global windows that is the
+    pane's window. A session grows by merges, so its window at arrival lies
+    between the element's own window ``[t, t + gap)`` and the pane's window:
+    None when those two bounds disagree.
+    """
+    arrived = [element[v] for v in new if v in element]
+    lenient = any(wm < end for _, _, wm in arrived)
+    if not gap_ms:
+        return lenient
+    strict = any(wm < t + gap_ms for _, t, wm in arrived)
+    return True if strict else (False if not lenient else None)
 
 
 def _overlaps(a, b) -> bool:
@@ -658,14 +675,32 @@ def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, 
 
             # 1. headwater against the rules the translation relies on.
             early = step_wm < end
+            new = set(values) - hw_emitted[where(key, window)]
+            # Rule 1: the first non-EARLY pane is ON_TIME if it is the
+            # end-of-window firing (a watermark step that passes the end; a
+            # collection at that step flushes only on-time data, so it is
+            # ON_TIME too) or if it emits on-time data no pane emitted yet.
+            eow_step = kind == "watermark" and (wm_ms[s - 1] if s else -INF) < end
+            ontime_new = _ontime_new(new, element, end, cfg.sessions and cfg.gap_ms)
             rule = {
                 "index": hw_panes[wk],
                 "first": hw_panes[wk] == 0,
-                "timing": "EARLY" if early else ("ON_TIME" if hw_nonspec[wk] == 0 else "LATE"),
+                "timing": "EARLY"
+                if early
+                else (
+                    ("ON_TIME" if eow_step or ontime_new else "LATE")
+                    if hw_nonspec[wk] == 0
+                    else "LATE"
+                ),
                 "nsi": -1 if early else hw_nonspec[wk],
             }
             if collected or cfg.never_finishes:
                 rule["final"] = collected
+            if ontime_new is None and not early and not eow_step and hw_nonspec[wk] == 0:
+                # A session element late for its own window at arrival joined a
+                # session whose end the watermark had not passed: whether its
+                # data counts as on time depends on that session (not tracked).
+                rule["timing"] = hw["timing"] if hw["timing"] != "EARLY" else "ON_TIME"
             for f, want in rule.items():
                 have = bool(hp["is_first"]) if f == "first" else hw[f]
                 if have != want:
@@ -689,7 +724,6 @@ def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, 
                     f"elements of that key and window, {sorted(repeated)} were emitted "
                     "before (discarding)",
                 )
-            new = set(values) - hw_emitted[where(key, window)]
             hw_emitted[where(key, window)].update(values)
 
             # 2. The pane Beam must emit.
@@ -702,6 +736,8 @@ def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, 
                 # Fired by elements: against the output watermark, never ON_TIME.
                 ow = ow_us.get((s, key), NEG_INF_US)
                 timing = "EARLY" if ow < end * US else "LATE"
+                # D4: headwater's ON_TIME pane fired by an element carries
+                # on-time data no pane emitted yet (rule 1).
                 tags.append(
                     "D5" if timing == "EARLY" else ("D4" if hw["timing"] == "ON_TIME" else None)
                 )

@@ -29,7 +29,9 @@ def test_key_named_key_and_late_rows_go_to_dead_letters():
         ("b", 0, 2),
     ]
     letters = result.dead_letters()
-    assert letters[["key", "timestamp", "v", "reason"]].values.tolist() == [["b", 3_000, 4, "late"]]
+    assert letters[["key", "event_time", "v", "reason"]].values.tolist() == [
+        ["b", 3_000, 4, "late"]
+    ]
     assert result.dead_letter_count() == 1
 
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import headwater as hw
@@ -524,6 +525,17 @@ def test_parquet_sinks_idempotent_per_batch_id(spark, tmp_path):
     dead(letters, 3)
     dead(letters, 3)
     assert dead.read()[["user", "reason", "batch_id"]].values.tolist() == [["b", "late", 3]]
+
+
+def test_dead_letter_sink_refuses_raw_output(tmp_path):
+    """The sink takes split dead letters (``start(dead_letter_sink=...)``), not a
+    runner's raw output, whose format the io layer does not know."""
+    dead = DeadLetterSink(tmp_path / "dead")
+    raw = pd.DataFrame({"kind": ["pane", "dropped"], "user": ["a", "b"], "value": [1, 9]})
+    for batch in (raw, pa.Table.from_pandas(raw)):
+        with pytest.raises(TypeError, match=r"split dead letters.*dead_letter_sink="):
+            dead(batch, 0)
+    assert not os.path.exists(tmp_path / "dead") and dead.read().empty
 
 
 # --------------------------------------------- recovery and DISCARDING on Spark

@@ -8,7 +8,7 @@ the same on the deterministic local runner and on the Spark streaming runner
 (one micro-batch per step, ``run_timeline``); with combiner lifting the panes
 must still be the same and the dead letters must account for every dropped
 element. The local runner is the reference (it is checked against the rules of
-TRANSCRIPTS.md elsewhere), so any difference is a bug of the Spark runner: its
+docs/semantics.md elsewhere), so any difference is a bug of the Spark runner: its
 sharding, packing, state round trips, timers or lifting.
 
 Reproduce one case: ``pytest "tests/test_spark_properties.py::<test>[seed<n>]"``
@@ -33,6 +33,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from headwater.model.combiners import Count, Max, Mean, Min, Sum
 from headwater.model.panes import PANE_COLUMNS
 from headwater.model.reducer import Aggregations, Emission
+from headwater.model.steps import Bundle, ClockAdvance, MicroBatch, Step, WatermarkAdvance
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.model.triggers import (
@@ -55,7 +56,7 @@ from headwater.model.windows import (
     SlidingWindows,
     WindowFn,
 )
-from headwater.runners.local import Bundle, ClockAdvance, LocalRunner, Step, WatermarkAdvance
+from headwater.runners.local import LocalRunner
 from headwater.runners.spark.streaming import lifting
 from headwater.runners.spark.timeline import run_timeline
 
@@ -179,31 +180,47 @@ def _aggregations(rng: random.Random, liftable: bool) -> Aggregations | None:
     return dict(rng.sample(pool, rng.randint(1, 4)))
 
 
+def _bundle(rng: random.Random, keys: list[str], wm: int) -> Bundle:
+    m = rng.randint(1, 8)
+    ts = [wm + rng.randint(-25_000, 20_000) for _ in range(m)]
+    if rng.random() < 0.5:  # whole seconds: ties with window bounds and watermarks
+        ts = [t - t % 1000 for t in ts]
+    return Bundle(
+        [rng.choice(keys) for _ in range(m)], ts, [rng.randint(-20, 100) for _ in range(m)]
+    )
+
+
 def _timeline(rng: random.Random, keys: list[str]) -> list[Step]:
-    """Bundles around the watermark (some behind it), watermark and clock advances."""
+    """Bundles around the watermark (some behind it), watermark and clock advances, and
+    micro-batches that carry rows, a watermark and a clock advance together."""
     steps: list[Step] = []
     wm = now = 0
     for _ in range(rng.randint(11, 15)):
         r = rng.random()
-        if r < 0.55:
-            m = rng.randint(1, 8)
-            ts = [wm + rng.randint(-25_000, 20_000) for _ in range(m)]
-            if rng.random() < 0.5:  # whole seconds: ties with window bounds and watermarks
-                ts = [t - t % 1000 for t in ts]
-            steps.append(
-                Bundle(
-                    [rng.choice(keys) for _ in range(m)],
-                    ts,
-                    [rng.randint(-20, 100) for _ in range(m)],
-                )
-            )
-        elif r < 0.8:
+        if r < 0.45:
+            steps.append(_bundle(rng, keys, wm))
+        elif r < 0.65:
             wm += rng.choice([0, 1000, 3000, 5000, 8000, 12_000])
             steps.append(WatermarkAdvance(wm))
-        else:
+        elif r < 0.8:
             # Sometimes the clock does not move: a clock step still fires due timers.
             now += rng.choice([0, 0, 1000, 2000, 3000, 6000]) + rng.choice([0, 0, 500])
             steps.append(ClockAdvance(now))
+        else:
+            rows = _bundle(rng, keys, wm) if rng.random() < 0.8 else None
+            new_wm = wm + rng.choice([0, 3000, 8000, 12_000, 20_000])
+            clock = rng.random() < 0.6
+            if clock:
+                now += rng.choice([0, 1000, 3000, 6000])
+            steps.append(
+                MicroBatch(
+                    rows,
+                    watermark=new_wm if new_wm > wm or rng.random() < 0.5 else None,
+                    now=now if clock else None,
+                    fire_timers=clock,
+                )
+            )
+            wm = new_wm
     steps.append(WatermarkAdvance(MAX_TIMESTAMP))
     return steps
 
@@ -398,6 +415,14 @@ def test_generator_covers_the_space() -> None:
     modes = Counter(c.strategy.accumulation.value for c in cases)
     timings: Counter = Counter()
     retractions = dropped = lifted_dropped = 0
+    combined = sum(
+        isinstance(step, MicroBatch)
+        and step.rows is not None
+        and step.watermark is not None
+        and step.fire_timers
+        for c in cases
+        for step in c.steps
+    )
     for i, c in enumerate(cases):
         for em in LocalRunner().run_steps(c.strategy, c.aggregations, c.steps):
             if len(em.panes):
@@ -406,8 +431,11 @@ def test_generator_covers_the_space() -> None:
             dropped += len(em.dropped)
             lifted_dropped += len(em.dropped) if i >= len(SEEDS) else 0
     summary = (
-        f"{windows=} {triggers=} {modes=} {timings=} {retractions=} {dropped=} {lifted_dropped=}"
+        f"{windows=} {triggers=} {modes=} {timings=} {retractions=} {dropped=} {lifted_dropped=} "
+        f"{combined=}"
     )
+    # Micro-batches that carry rows, a watermark and a clock advance together.
+    assert combined >= 3, summary
     assert len(windows) >= 3, summary
     assert len(triggers) >= 5, summary
     assert set(modes) == set(MODES), summary

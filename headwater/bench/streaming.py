@@ -35,7 +35,7 @@ Both compute the same windows from on-time data. Late events differ: Spark's
 native query filters late rows against the *previous* batch's watermark, so it
 still adds rows to windows that the current watermark has passed (and emits
 them); headwater judges a row against the watermark at its arrival (rule 3 of
-TRANSCRIPTS.md) and routes it to its dead letters. With the default
+docs/semantics.md) and routes it to its dead letters. With the default
 ``--late-fraction`` this changes a few sums, not the amount of work.
 
 Profile the Python side with ``HEADWATER_PROFILE_DIR=/some/dir`` (cProfile

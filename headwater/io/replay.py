@@ -5,7 +5,7 @@ rows (possibly empty) and optionally a new watermark (a punctuated watermark).
 The source plays **exactly one step per micro-batch**: ``latestOffset`` moves
 by one step per call, whatever the read limit, so a transcript's
 ``input`` / ``watermark`` / ``clock`` events map one-to-one onto micro-batches
-(TRANSCRIPTS.md, rule 7).
+(docs/semantics.md, rule 7).
 
 Register it once per SparkSession and read it as a stream::
 
@@ -45,11 +45,17 @@ Step (all keys optional):
   (values in header column order) or an object ``{"key": ..., "ts": ...,
   "<column>": ...}`` (missing columns are null). ``ts`` is the event
   timestamp in epoch ms.
+* ``timers``: whether the step fires the processing-time timers due by its
+  ``proc_ms`` after its rows and watermark (rule 7). Default: only a step with
+  neither rows nor a watermark (a transcript's ``clock`` event) does; a replay
+  whose lines carry their own processing times (SQL replays) sets it on every
+  step, and a micro-batch that carries rows, a watermark and a clock advance
+  together sets it with both.
 
 Output schema of the stream::
 
     kind STRING          'data' for a row of the bundle, 'tick' for the control row
-                         ('clock' for that of a clock step: no rows, no watermark)
+                         ('clock' for that of a step that fires timers)
     key <key_type>       null on ticks
     ts BIGINT            event timestamp (ms); null on ticks
     <value columns...>   null on ticks
@@ -63,10 +69,10 @@ step without rows still produces a micro-batch with input. The Spark streaming
 runner fans each tick out to *every* shard of its stateful operator (it knows
 the shard count; the source does not need to), so watermark and clock
 advances reach shards that got no data and fire their timers. The control row
-of a step with neither rows nor a watermark (a transcript's ``clock`` event)
-has kind ``clock``: that step fires the processing-time timers due by its
-time even when the time did not move (rule 7), which the runner could not
-tell from a bundle or a watermark step at the same time otherwise.
+of a step that fires timers (``timers``, above) has kind ``clock``: that step
+fires the processing-time timers due by its time even when the time did not
+move (rule 7), which the runner could not tell from a bundle or a watermark
+step at the same time otherwise.
 
 Reading is stateless: the driver indexes the file once (byte offset,
 processing time and effective watermark of every step); a partition carries
@@ -143,6 +149,8 @@ def write_timeline(
             rows = step.get("rows")
             if rows:
                 out["rows"] = [list(r) if not isinstance(r, Mapping) else dict(r) for r in rows]
+            if step.get("timers") is not None:
+                out["timers"] = bool(step["timers"])
             f.write(json.dumps(out, default=_json_default) + "\n")
 
 
@@ -244,7 +252,10 @@ def _decode_step(
             for i in range(n_values):
                 vals[i].append(row[2 + i] if 2 + i < len(row) else None)
     n = len(rows) + 1  # + the tick row
-    control = "clock" if not rows and obj.get("watermark_ms") is None else "tick"
+    fires = obj.get("timers")
+    if fires is None:
+        fires = not rows and obj.get("watermark_ms") is None
+    control = "clock" if fires else "tick"
     arrays = [
         pa.array(["data"] * len(rows) + [control], pa.string()),
         pa.array(keys + [None], schema.field("key").type),

@@ -11,14 +11,36 @@ A user combiner may implement only the scalar methods (``create_accumulator``,
 ``add_input``, ``merge_accumulators``, ``extract_output``, as in Beam); the
 base class then runs them once per group (a documented slow path). A combiner
 with an inverse (``subtract``) lets consumers apply retractions cheaply.
+
+Nulls follow SQL on every runner: inputs that are null (None, NaN) are skipped,
+and SUM, MEAN, MIN and MAX of a window with no non-null input are NULL, while
+``Count()`` counts rows and ``Count(skip_nulls=True)`` (``count(col)``) counts
+non-null values (0 for none). Locally a NULL output is NaN in a numeric column
+and None in any other: a column of integer sums that holds a NULL becomes
+float64, which is exactly what ``toPandas()`` makes of Spark's nullable
+``BIGINT`` column with nulls, so ``to_pandas()`` compares equal across the local
+runner, bounded Spark and streaming Spark. (Spark outputs are real nulls of
+the declared type; the streaming runner turns NaN back into them.)
+
+Types: every combiner declares which logical input types it accepts
+(:meth:`CombineFn.accepts`, :meth:`CombineFn.check_input`) and its output type
+(:meth:`CombineFn.output_type`, :mod:`headwater.model.types`). A user combiner
+may declare ``output = <DataType>``; otherwise its output type is inferred by
+running it on a sample value of the input type.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+
+from headwater.model import arrow_values
+from headwater.model import types as HT
+from headwater.model.types import DataType
 
 Acc = dict[str, np.ndarray]
 
@@ -47,7 +69,8 @@ def _non_null(values, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _grouped_sum(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
-    """Per-group sums keeping integer types; groups without input sum to 0."""
+    """Per-group sums keeping integer types; groups without input sum to 0 (the
+    accumulator's identity: :class:`Sum` tells such groups apart by its count)."""
     values = np.asarray(values)
     if values.dtype.kind in "iub":
         out = np.zeros(n, dtype=np.int64)
@@ -57,6 +80,27 @@ def _grouped_sum(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
         return np.bincount(groups, weights=values, minlength=n)
     out = pd.Series(values).groupby(groups).sum()
     return out.reindex(range(n), fill_value=0).to_numpy()
+
+
+def _nulls_where(out: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    """``out`` with NULL where ``empty``: NaN in a numeric column (which becomes
+    float64, as a nullable BIGINT with nulls does in ``toPandas()``), else None."""
+    if not empty.any():
+        return out
+    if out.dtype.kind in "iufb":
+        out = out.astype(np.float64)
+        out[empty] = np.nan
+        return out
+    out = out.astype(object)
+    out[empty] = None
+    return out
+
+
+def _counts(groups: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per-group element counts (or sums of integer ``weights``) as int64."""
+    if weights is None:
+        return np.bincount(groups, minlength=n).astype(np.int64)
+    return np.bincount(groups, weights=weights, minlength=n).astype(np.int64)
 
 
 def _grouped_extreme(values: np.ndarray, groups: np.ndarray, n: int, how: str):
@@ -76,6 +120,37 @@ def _grouped_extreme(values: np.ndarray, groups: np.ndarray, n: int, how: str):
     return out
 
 
+def _is_null(value: Any) -> bool:
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # lists, arrays: not a scalar null
+        return False
+
+
+def _infer_output_type(fn: CombineFn, input_type: DataType | None) -> DataType:
+    """The type of ``fn``'s output on 1, 2 and 3 copies of a sample input value
+    (through its own add, merge and extract); the first non-null output wins."""
+    sample = HT.sample_value(input_type) if input_type is not None else 0
+    problem: BaseException | None = None
+    for size in (1, 2, 3):
+        try:
+            values = pd.Series([sample] * size).to_numpy()
+            groups = np.zeros(size, dtype=np.int64)
+            acc = fn.merge(fn.add(values, groups, 1), np.zeros(1, dtype=np.int64), 1)
+            value = fn.extract(acc)[0]
+        except Exception as exc:  # noqa: BLE001 - any failure means "cannot infer"
+            problem = exc
+            continue
+        if not _is_null(value):
+            return HT.of_python(value)
+    why = f" (running it raised {type(problem).__name__}: {problem})" if problem else ""
+    raise TypeError(
+        f"cannot infer the output type of {fn!r} over {input_type or 'no input'} from a "
+        f"sample value{why}: declare it, e.g. `output = types.FLOAT64` in the class "
+        f"{type(fn).__name__} (types: headwater.model.types)"
+    )
+
+
 class CombineFn:
     """Base combiner. Override the vectorized methods, or the scalar ones."""
 
@@ -83,6 +158,45 @@ class CombineFn:
     name = "combine"
     #: Whether :meth:`subtract` is implemented (an inverse, for retractions).
     has_inverse = False
+    #: The output's logical type, if declared (class or instance attribute);
+    #: otherwise :meth:`output_type` infers it by running the combiner on a sample.
+    output: DataType | None = None
+
+    # -- types (pure: what a logical plan validates against) --
+    def input_error(self, input_type: DataType | None) -> str | None:
+        """Why this combiner cannot aggregate values of ``input_type``, or None if it
+        can (``input_type`` None: the aggregation reads no column). User combiners
+        accept anything unless they override this."""
+        return None
+
+    def accepts(self, input_type: DataType | None) -> bool:
+        """Whether this combiner can aggregate values of ``input_type``."""
+        return self.input_error(input_type) is None
+
+    def check_input(self, input_type: DataType | None, column: str | None = None) -> None:
+        """Raise a ``TypeError`` naming the column and the reason if not :meth:`accepts`."""
+        reason = self.input_error(input_type)
+        if reason is not None:
+            what = f"column {column!r} of type {input_type}" if column else f"{input_type}"
+            raise TypeError(f"{self!r} cannot aggregate {what}: {reason}")
+
+    def output_type(self, input_type: DataType | None) -> DataType:
+        """The logical type of the output for inputs of ``input_type``.
+
+        Built-in combiners compute it; a user combiner returns its declared
+        ``output``, or else the type of what it computes from a sample value of
+        ``input_type`` (:func:`headwater.model.types.sample_value`), or raises a
+        ``TypeError`` asking for a declaration when that fails.
+        """
+        declared = self.output
+        if declared is not None:
+            if not isinstance(declared, DataType):
+                raise TypeError(
+                    f"{type(self).__name__}.output must be a headwater.model.types.DataType "
+                    f"(e.g. types.FLOAT64), got {declared!r}"
+                )
+            return declared
+        return _infer_output_type(self, input_type)
 
     # -- scalar API (Beam style), used by the default vectorized methods --
     def create_accumulator(self) -> Any:
@@ -129,46 +243,96 @@ class CombineFn:
         """``acc`` minus ``other`` row by row (only when ``has_inverse``)."""
         raise NotImplementedError(f"{type(self).__name__} has no inverse")
 
+    # -- state format (headwater.model.state) --
+    def accumulator_to_arrow(self, field: str, array: np.ndarray) -> pa.Array:
+        """Accumulator column ``field`` as an Arrow array, for the state format.
+
+        The default maps numeric columns to Arrow primitives and object columns
+        of plain values (None, bool, int, float, str, bytes, lists of them) to
+        their Arrow types; other objects (a user-defined accumulator) become
+        per-value pickles flagged ``headwater.pickled``, the format's one escape
+        hatch. Override both hooks for a compact, pickle-free encoding.
+        """
+        return arrow_values.array_to_arrow(array)
+
+    def accumulator_from_arrow(self, field: str, array: pa.Array) -> np.ndarray:
+        """The inverse of :meth:`accumulator_to_arrow` (a writable numpy column)."""
+        return arrow_values.array_from_arrow(array)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
+def _numeric_error(input_type: DataType | None) -> str | None:
+    if input_type is None:
+        return "it needs an input column"
+    if not input_type.is_numeric:
+        return f"it needs a numeric input (int64, float64 or decimal), got {input_type}"
+    return None
+
+
 class Sum(CombineFn):
-    """Sum of the non-null inputs (0 for none)."""
+    """Sum of the non-null inputs; NULL (NaN locally) for a window with none, as SQL.
+
+    The accumulator keeps the non-null count ``n`` beside the sum, so that an
+    all-null window (or one whose inputs were retracted) is told apart from a
+    sum of 0. Integer sums stay exact int64 while no window is NULL.
+    """
 
     name = "sum"
     has_inverse = True
 
+    def input_error(self, input_type):
+        return _numeric_error(input_type)
+
+    def output_type(self, input_type):
+        if isinstance(input_type, HT.DecimalType):  # as Spark: 10 more digits
+            return HT.decimal(min(38, input_type.precision + 10), input_type.scale)
+        return HT.INT64 if input_type == HT.INT64 else HT.FLOAT64
+
     def create(self, n):
-        return {"sum": np.zeros(n, dtype=np.int64)}
+        return {"sum": np.zeros(n, dtype=np.int64), "n": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
-        return {"sum": _grouped_sum(*_non_null(values, groups), n)}
+        values, groups = _non_null(values, groups)
+        if values.dtype == object and not len(values):  # all null: nothing typed to add
+            values = np.zeros(0, dtype=np.int64)
+        return {"sum": _grouped_sum(values, groups, n), "n": _counts(groups, n)}
 
     def merge(self, acc, groups, n):
-        return {"sum": _grouped_sum(acc["sum"], groups, n)}
+        return {"sum": _grouped_sum(acc["sum"], groups, n), "n": _counts(groups, n, acc["n"])}
 
     def extract(self, acc):
-        return acc["sum"]
+        return _nulls_where(acc["sum"], acc["n"] == 0)
 
     def subtract(self, acc, other):
-        return {"sum": acc["sum"] - other["sum"]}
+        return {"sum": acc["sum"] - other["sum"], "n": acc["n"] - other["n"]}
 
 
 class Count(CombineFn):
-    """Number of elements (values are ignored; nulls count too)."""
+    """Number of elements: every row (``Count()``, SQL ``COUNT(*)``), or with
+    ``skip_nulls=True`` the non-null values of the input (SQL ``COUNT(col)``).
+    Never NULL: a window without such values counts 0."""
 
     name = "count"
     has_inverse = True
+
+    def __init__(self, skip_nulls: bool = False) -> None:
+        self.skip_nulls = bool(skip_nulls)
+
+    def output_type(self, input_type):
+        return HT.INT64
 
     def create(self, n):
         return {"count": np.zeros(n, dtype=np.int64)}
 
     def add(self, values, groups, n):
-        return {"count": np.bincount(groups, minlength=n).astype(np.int64)}
+        if self.skip_nulls:
+            _, groups = _non_null(values, groups)
+        return {"count": _counts(groups, n)}
 
     def merge(self, acc, groups, n):
-        return {"count": np.bincount(groups, weights=acc["count"], minlength=n).astype(np.int64)}
+        return {"count": _counts(groups, n, acc["count"])}
 
     def extract(self, acc):
         return acc["count"]
@@ -176,12 +340,21 @@ class Count(CombineFn):
     def subtract(self, acc, other):
         return {"count": acc["count"] - other["count"]}
 
+    def __repr__(self) -> str:
+        return "Count(skip_nulls=True)" if self.skip_nulls else "Count()"
+
 
 class Mean(CombineFn):
-    """Mean of the non-null inputs (NaN for none)."""
+    """Mean of the non-null inputs, as float64; NULL (NaN) for a window with none."""
 
     name = "mean"
     has_inverse = True
+
+    def input_error(self, input_type):
+        return _numeric_error(input_type)
+
+    def output_type(self, input_type):
+        return HT.FLOAT64
 
     def create(self, n):
         return {"sum": np.zeros(n, dtype=np.float64), "count": np.zeros(n, dtype=np.int64)}
@@ -191,13 +364,13 @@ class Mean(CombineFn):
         v = np.asarray(values, dtype=np.float64)
         return {
             "sum": np.bincount(groups, weights=v, minlength=n),
-            "count": np.bincount(groups, minlength=n).astype(np.int64),
+            "count": _counts(groups, n),
         }
 
     def merge(self, acc, groups, n):
         return {
             "sum": np.bincount(groups, weights=acc["sum"], minlength=n),
-            "count": np.bincount(groups, weights=acc["count"], minlength=n).astype(np.int64),
+            "count": _counts(groups, n, acc["count"]),
         }
 
     def extract(self, acc):
@@ -211,10 +384,21 @@ class Mean(CombineFn):
 class _Extreme(CombineFn):
     """Min or max of any orderable type (ints stay exact, strings work).
 
-    ``n`` counts the inputs; empty accumulators extract as NaN (numbers) or None.
+    ``n`` counts the non-null inputs; a window without any is NULL: NaN in a
+    numeric column (which becomes float64), None otherwise.
     """
 
     how = "min"
+
+    def input_error(self, input_type):
+        if input_type is None:
+            return "it needs an input column"
+        if not input_type.is_orderable:
+            return f"it needs an orderable input (numbers, strings, times), got {input_type}"
+        return None
+
+    def output_type(self, input_type):
+        return input_type if input_type is not None else HT.FLOAT64
 
     def create(self, n):
         return {self.how: np.zeros(n, dtype=np.int64), "n": np.zeros(n, dtype=np.int64)}
@@ -233,16 +417,7 @@ class _Extreme(CombineFn):
         }
 
     def extract(self, acc):
-        out, empty = acc[self.how], acc["n"] == 0
-        if not empty.any():
-            return out
-        if out.dtype.kind in "iuf":
-            out = out.astype(np.float64)
-            out[empty] = np.nan
-            return out
-        out = out.astype(object)
-        out[empty] = None
-        return out
+        return _nulls_where(acc[self.how], acc["n"] == 0)
 
 
 class Min(_Extreme):
@@ -257,6 +432,12 @@ class ToList(CombineFn):
     """All values of the pane, as a list (grouping without a combiner)."""
 
     name = "values"
+
+    def input_error(self, input_type):
+        return "it needs an input column" if input_type is None else None
+
+    def output_type(self, input_type):
+        return HT.list_of(input_type)
 
     def create(self, n):
         return {"values": object_array([] for _ in range(n))}
@@ -283,11 +464,26 @@ class ToList(CombineFn):
     def extract(self, acc):
         return acc["values"]
 
+    def accumulator_to_arrow(self, field, array):
+        return arrow_values.objects_to_arrow(array)  # a list array
+
+    def accumulator_from_arrow(self, field, array):
+        out = arrow_values.objects_from_arrow(array)
+        if len(out) and not isinstance(out[0], list):  # all-empty lists come back as nulls
+            return object_array([] if v is None else list(v) for v in out)
+        return out
+
 
 class TopK(CombineFn):
     """The ``k`` largest (or smallest) values, sorted."""
 
     name = "top"
+
+    def input_error(self, input_type):
+        return _Extreme.input_error(self, input_type)
+
+    def output_type(self, input_type):
+        return HT.list_of(input_type)
 
     def __init__(self, k: int, largest: bool = True) -> None:
         self.k, self.largest = k, largest
@@ -310,6 +506,12 @@ class TopK(CombineFn):
     def extract(self, acc):
         return object_array(list(a) for a in acc["top"])
 
+    def accumulator_to_arrow(self, field, array):
+        return arrow_values.ndarrays_to_arrow(array)
+
+    def accumulator_from_arrow(self, field, array):
+        return arrow_values.ndarrays_from_arrow(array)
+
     def __repr__(self) -> str:
         return f"TopK({self.k}, largest={self.largest})"
 
@@ -318,6 +520,12 @@ class ApproxDistinct(CombineFn):
     """HyperLogLog distinct count (``2**precision`` registers, ~1.04/sqrt(m) error)."""
 
     name = "approx_distinct"
+
+    def input_error(self, input_type):
+        return "it needs an input column" if input_type is None else None
+
+    def output_type(self, input_type):
+        return HT.INT64
 
     def __init__(self, precision: int = 12) -> None:
         if not 4 <= precision <= 16:
@@ -360,31 +568,54 @@ class ApproxDistinct(CombineFn):
         est = np.where((raw <= 2.5 * m) & (zeros > 0), linear, raw)
         return np.round(est).astype(np.int64)
 
+    def accumulator_to_arrow(self, field, array):
+        regs = self._registers({"hll": array}).astype(np.uint8, copy=False)
+        return pa.FixedSizeListArray.from_arrays(pa.array(regs.reshape(-1)), self.m)
+
+    def accumulator_from_arrow(self, field, array):
+        flat = array.flatten().to_numpy(zero_copy_only=False, writable=True)
+        return self._pack(flat.reshape(len(array), self.m))["hll"]
+
 
 class ApproxQuantiles(CombineFn):
     """Approximate quantiles from a mergeable compacting sample.
 
     Keeps at most ``capacity`` weighted items per window plus the exact minimum
     and maximum. Compaction pairs neighbours and keeps one item of each pair,
-    chosen by a seeded coin so that repeated merges do not drift; extraction
+    chosen by a coin so that repeated merges do not drift. The coins are drawn
+    from a hash of the items being compacted (and ``seed``), so the same inputs
+    give the same sketch whatever ran before, e.g. after a restore; extraction
     returns ``num_quantiles`` values: the exact minimum, evenly spaced
     quantiles, the exact maximum.
     """
 
     name = "quantiles"
 
+    def input_error(self, input_type):
+        return _numeric_error(input_type)
+
+    def output_type(self, input_type):
+        return HT.list_of(HT.FLOAT64)
+
     def __init__(self, num_quantiles: int = 5, capacity: int = 512, seed: int = 0) -> None:
         if num_quantiles < 2:
             raise ValueError("ApproxQuantiles needs num_quantiles >= 2")
-        self.q, self.capacity = num_quantiles, capacity
-        self._rng = np.random.default_rng(seed)
+        self.q, self.capacity, self.seed = num_quantiles, capacity, seed
+
+    def _coins(self, items: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+        """``n`` fair coins determined by the (sorted) items and weights alone."""
+        digest = hashlib.blake2b(items.tobytes(), digest_size=16)
+        digest.update(weights.tobytes())
+        words = np.frombuffer(digest.digest(), dtype=np.uint32).tolist()
+        rng = np.random.default_rng([*words, self.seed & 0xFFFFFFFF])
+        return rng.integers(0, 2, n).astype(bool)
 
     def _sketch(self, items: np.ndarray, weights: np.ndarray, lo: float, hi: float):
-        order = np.argsort(items, kind="stable")
+        order = np.lexsort((weights, items))
         items, weights = items[order], weights[order]
         while len(items) > self.capacity:
             pairs = len(items) // 2 * 2
-            pick = self._rng.integers(0, 2, pairs // 2).astype(bool)
+            pick = self._coins(items, weights, pairs // 2)
             first, second = items[0:pairs:2], items[1:pairs:2]
             kept_items = np.where(pick, second, first)
             kept_weights = weights[0:pairs:2] + weights[1:pairs:2]
@@ -441,6 +672,22 @@ class ApproxQuantiles(CombineFn):
             picks = np.searchsorted(cum, ranks, side="left").clip(0, len(items) - 1)
             out.append([float(lo), *items[picks].tolist(), float(hi)])
         return object_array(out)
+
+    def accumulator_to_arrow(self, field, array):
+        items = arrow_values.ndarrays_to_arrow([s[0] for s in array], pa.float64())
+        weights = arrow_values.ndarrays_to_arrow([s[1] for s in array], pa.float64())
+        lo = pa.array(np.array([s[2] for s in array], dtype=np.float64))
+        hi = pa.array(np.array([s[3] for s in array], dtype=np.float64))
+        return pa.StructArray.from_arrays(
+            [items, weights, lo, hi], ["items", "weights", "lo", "hi"]
+        )
+
+    def accumulator_from_arrow(self, field, array):
+        items = arrow_values.ndarrays_from_arrow(array.field("items"))
+        weights = arrow_values.ndarrays_from_arrow(array.field("weights"))
+        lo = array.field("lo").to_numpy(zero_copy_only=False).tolist()
+        hi = array.field("hi").to_numpy(zero_copy_only=False).tolist()
+        return object_array(zip(items, weights, lo, hi, strict=True))
 
     def __repr__(self) -> str:
         return f"ApproxQuantiles({self.q}, capacity={self.capacity})"

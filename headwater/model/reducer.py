@@ -10,13 +10,13 @@ none re-implements trigger semantics.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from headwater.model import state
 from headwater.model.combiners import CombineFn, ToList, object_array
 from headwater.model.panes import Accumulation, TimestampCombiner, Timing
 from headwater.model.strategy import WindowingStrategy
@@ -79,6 +79,7 @@ class Reducer:
             "pending": (np.int64, 0),
             "closed": (bool, False),
             "eow_timer": (bool, False),
+            "ontime_data": (bool, False),
             "hold": (np.int64, 0),
             "has_hold": (bool, False),
             "pane_index": (np.int64, 0),
@@ -229,7 +230,8 @@ class Reducer:
         parts = []
         flush = np.flatnonzero(collect & (c["pending"] > 0) & ~c["closed"])
         if len(flush):
-            parts.append(self._emit(flush, np.ones(len(flush), dtype=bool)))
+            no_eow = np.zeros(len(flush), dtype=bool)
+            parts.append(self._emit(flush, np.ones(len(flush), dtype=bool), no_eow))
         if len(self._queue):
             gone = pd.MultiIndex.from_arrays(
                 [c["key"][collect], c["start"][collect], c["end"][collect]]
@@ -294,8 +296,12 @@ class Reducer:
             self._cols["pending"][rows] += counts
             ctx = self._context(rows, count=counts)
             self.strategy.trigger.on_element("t:", self._cols, rows, ctx)
+            # Rule 1: data that arrives before the watermark passes the end is
+            # on time; only such a window has an end-of-window firing ahead.
+            on_time = rows[self._cols["end"][rows] > self.watermark]
+            self._cols["ontime_data"][on_time] = True
             if self._watermark_trigger:
-                self._cols["eow_timer"][rows] = True
+                self._cols["eow_timer"][on_time] = True
         return rows, dropped
 
     def advance_clock(self, now: int) -> Emission:
@@ -339,7 +345,8 @@ class Reducer:
 
     # ------------------------------------------------------------ snapshots
     def snapshot(self) -> bytes:
-        """Serialize the whole state (for Spark's state store or a checkpoint)."""
+        """Serialize the whole state (for Spark's state store or a checkpoint) in
+        the versioned format of :mod:`headwater.model.state`."""
         live_keys = np.unique(self._cols["key"])
         if len(self._queue):
             live_keys = np.union1d(live_keys, self._queue["owner_key"].to_numpy(np.int64))
@@ -351,27 +358,34 @@ class Reducer:
         if len(queue):
             for column in ("owner_key", "key"):
                 queue[column] = remap[queue[column].to_numpy(np.int64)]
-        state = {
-            "keys": self._keys[live_keys].to_numpy(),
-            "cols": cols,
-            "queue": queue,
-            "watermark": self.watermark,
-            "now": self.now,
-            "dropped": self.dropped_count,
-        }
-        return pickle.dumps(state, protocol=5)
+        snapshot = state.ReducerState(
+            keys=self._keys[live_keys].to_numpy(),
+            cols=cols,
+            queue=queue,
+            watermark=self.watermark,
+            now=self.now,
+            dropped_count=self.dropped_count,
+        )
+        return state.dumps(snapshot, self.aggregations)
 
     @classmethod
     def restore(
         cls, strategy: WindowingStrategy, aggregations: Aggregations | None, blob: bytes | None
     ) -> Reducer:
+        """A reducer from a :meth:`snapshot` blob (``headwater.model.state``: the
+        current format, or version 0, the pickle of earlier releases)."""
         r = cls(strategy, aggregations)
         if blob:
-            state = pickle.loads(blob)
-            r._keys = pd.Index(state["keys"], dtype=object)
-            r._cols = state["cols"]
-            r._queue = state["queue"]
-            r.watermark, r.now, r.dropped_count = state["watermark"], state["now"], state["dropped"]
+            snap = state.loads(blob, r.aggregations)
+            n = len(snap.cols["key"])
+            names = list(r._empty(0))
+            # Columns the blob lacks (an older version) get their defaults.
+            defaults = r._empty(n) if any(c not in snap.cols for c in names) else {}
+            cols = {c: snap.cols[c] if c in snap.cols else defaults[c] for c in names}
+            r._keys = pd.Index(snap.keys, dtype=object)
+            r._cols = cols
+            r._queue = snap.queue
+            r.watermark, r.now, r.dropped_count = snap.watermark, snap.now, snap.dropped_count
         return r
 
     # ------------------------------------------------------------- internals
@@ -429,21 +443,28 @@ class Reducer:
     def _evaluate(self, rows: np.ndarray, ctx: Context) -> pd.DataFrame:
         trigger = self.strategy.trigger
         fire = trigger.should_fire("t:", self._cols, rows, ctx)
-        # An end-of-window timer is spent once the watermark has passed the end.
-        self._cols["eow_timer"][rows[ctx.end <= self.watermark]] = False
+        # An end-of-window timer is spent once the watermark has passed the end:
+        # evaluating a row whose timer is set then is its end-of-window firing.
+        passed = ctx.end <= self.watermark
+        eow = self._cols["eow_timer"][rows] & passed
+        self._cols["eow_timer"][rows[passed]] = False
         if not fire.any():
             return _no_panes()
         fired = rows[fire]
         finished = trigger.on_fire("t:", self._cols, fired, ctx.sub(fire))
-        return self._emit(fired, finished)
+        return self._emit(fired, finished, eow[fire])
 
-    def _emit(self, rows: np.ndarray, finished: np.ndarray) -> pd.DataFrame:
+    def _emit(self, rows: np.ndarray, finished: np.ndarray, eow: np.ndarray) -> pd.DataFrame:
+        """Panes of ``rows``; ``eow`` marks end-of-window firings (rule 2)."""
         c = self._cols
         wm = self.watermark
         end = c["end"][rows]
         early = wm < end
         nonspec = c["nonspec_index"][rows]
-        timing = np.where(early, _EARLY, np.where(nonspec == 0, _ON_TIME, _LATE))
+        # Rule 1: the first non-EARLY pane is ON_TIME if it is the end-of-window
+        # firing or emits on-time data no pane emitted yet; otherwise LATE.
+        on_time = (nonspec == 0) & (eow | c["ontime_data"][rows])
+        timing = np.where(early, _EARLY, np.where(on_time, _ON_TIME, _LATE))
         is_last = finished | (self._gc_time(end) <= wm)
         timestamp = np.where(c["has_hold"][rows], c["hold"][rows], end - 1)
         outputs = {}
@@ -481,6 +502,7 @@ class Reducer:
         c["pane_index"][rows] += 1
         c["nonspec_index"][rows] += ~early
         c["pending"][rows] = 0
+        c["ontime_data"][rows] = False
         keep_hold = early & self._watermark_trigger
         c["has_hold"][rows[~keep_hold]] = False
         reset = rows[finished] if self.strategy.accumulation != Accumulation.DISCARDING else rows
@@ -629,6 +651,7 @@ class Reducer:
         # A finished window merged with open ones is reopened: its data must not be lost.
         fold("closed", "all", bool)
         fold("eow_timer", "any", bool)
+        fold("ontime_data", "any", bool)
         for name, tf in self.strategy.trigger.fields().items():
             fold("t:" + name, tf.merge, tf.dtype)
         has_hold = c["has_hold"][rows]

@@ -1,42 +1,44 @@
-"""The deterministic local runner: drives the core from a test stream.
+"""The deterministic local runner: drives the core from a test stream or a frame.
 
 Processing time is virtual: it moves only when the stream says so. Every step
-(a bundle, a watermark advance, a clock advance) is applied in order, so a run
-is a pure function of the stream: tests and replays are exact.
+is applied in order through :func:`headwater.model.steps.apply_step`, so a run
+is a pure function of its input: tests and replays are exact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from headwater.model.plan import (
+    Capabilities,
+    NullEventTime,
+    WindowedAggregationPlan,
+    null_event_time_error,
+)
 from headwater.model.reducer import Aggregations, Emission, Reducer
+from headwater.model.schema import DropReason
+from headwater.model.steps import (
+    Bundle,
+    ClockAdvance,
+    MicroBatch,
+    Step,
+    WatermarkAdvance,
+    apply_step,
+)
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MAX_TIMESTAMP, to_millis
+from headwater.model.watermarks import (
+    BoundedOutOfOrderness,
+    Perfect,
+    Punctuated,
+    WatermarkStrategy,
+)
 
-
-@dataclass(frozen=True)
-class Bundle:
-    """Elements arriving together: keys, event timestamps (ms) and values."""
-
-    keys: list
-    timestamps: list[int]
-    values: pd.DataFrame | list | None = None
-
-
-@dataclass(frozen=True)
-class WatermarkAdvance:
-    watermark: int
-
-
-@dataclass(frozen=True)
-class ClockAdvance:
-    now: int
-
-
-Step = Bundle | WatermarkAdvance | ClockAdvance
+__all__ = ["CAPABILITIES", "LocalRunner", "TestStream", "run_frame"]
 
 
 @dataclass
@@ -76,15 +78,6 @@ class TestStream:
         return self
 
 
-def apply_step(reducer: Reducer, step: Step) -> Emission:
-    """Apply one step of a timeline to a reducer."""
-    if isinstance(step, Bundle):
-        return reducer.add_bundle(step.keys, step.timestamps, step.values)
-    if isinstance(step, WatermarkAdvance):
-        return reducer.advance_watermark(step.watermark)
-    return reducer.advance_clock(step.now)
-
-
 class LocalRunner:
     """Runs a windowed aggregation over a test stream in this process."""
 
@@ -109,85 +102,155 @@ class LocalRunner:
         return Emission.concat(emissions)
 
 
+# ------------------------------------------------------------------ frames
+
+#: How this runner derives the watermark of a replayed frame, per strategy class:
+#: ``f(strategy, frame, event_times, batches) -> [(arrival watermark, watermark after)]``.
+WatermarkFn = Callable[
+    [WatermarkStrategy, pd.DataFrame, np.ndarray, list[np.ndarray]],
+    list[tuple[int | None, int | None]],
+]
+
+
+def _bounded_watermarks(strategy, frame, ts, batches):
+    wms = strategy.arrival_watermarks(np.array([ts[b].max() for b in batches]))
+    return [(None if i == 0 else int(w), None) for i, w in enumerate(wms)]
+
+
+def _perfect_watermarks(strategy, frame, ts, batches):
+    wms = strategy.arrival_watermarks(np.array([ts[b].min() for b in batches]))
+    return [(int(w), None) for w in wms]
+
+
+def _punctuated_watermarks(strategy, frame, ts, batches):
+    column = frame[strategy.column]
+    out = []
+    for b in batches:
+        w = pd.to_numeric(column.iloc[b]).max()
+        out.append((None, None if pd.isna(w) else int(w)))
+    return out
+
+
+WATERMARKS: dict[type[WatermarkStrategy], WatermarkFn] = {
+    BoundedOutOfOrderness: _bounded_watermarks,
+    Perfect: _perfect_watermarks,
+    Punctuated: _punctuated_watermarks,
+}
+
+#: What the local runner executes: every window function and combiner (it runs
+#: the core itself), and the watermark strategies of :data:`WATERMARKS`.
+CAPABILITIES = Capabilities("local", watermarks=tuple(WATERMARKS))
+
+
 def run_frame(
-    df: pd.DataFrame,
-    *,
-    key_cols: tuple[str, ...],
-    event_time: str,
-    strategy: WindowingStrategy,
-    aggregations: Aggregations,
-    arrival_time: str | None = None,
-    watermark_delay: int | None = None,
+    df: pd.DataFrame, plan: WindowedAggregationPlan, *, arrival_time: str | None = None
 ) -> Emission:
-    """Run a windowed aggregation over a pandas DataFrame in this process.
+    """Run ``plan`` over a pandas DataFrame in this process.
 
     Without ``arrival_time`` the frame is a complete (bounded) input: one step
     with the watermark at the end of time, as the Spark batch runner does. With
-    it, rows are replayed in bundles of equal arrival (processing) time, one
-    micro-batch each (TRANSCRIPTS.md rule 7); the watermark before a bundle is
-    the largest event time of the earlier bundles minus ``watermark_delay``
-    (Spark's bounded out-of-orderness), and the end of input is +inf.
-    Returned panes and dropped rows carry the key columns and a ``step``.
+    it, rows are replayed in micro-batches of equal arrival (processing) time,
+    each one :class:`MicroBatch` whose arrival watermark comes from the plan's
+    watermark strategy, then a last step at the end of input (+inf).
+    Returned panes and dead letters carry the key columns and a ``step``.
     """
-    if event_time not in df.columns:
-        raise ValueError(f"no event-time column {event_time!r} (columns: {list(df.columns)})")
-    is_datetime = pd.api.types.is_datetime64_any_dtype(df[event_time])
-    ts = _millis(df[event_time])
-    if ts.isna().any():
-        raise ValueError(
-            f"{int(ts.isna().sum())} rows have a null event time in column {event_time!r}"
-        )
-    ts = ts.to_numpy(np.int64)
-    if key_cols:
-        key_codes = df.groupby(list(key_cols), sort=False, dropna=False).ngroup().to_numpy()
-        key_table = df[list(key_cols)].groupby(key_codes).first()
+    event_time = plan.event_time
+    column = df[event_time]
+    is_datetime = pd.api.types.is_datetime64_any_dtype(column)
+    ts_all, null = _millis(column)
+    if null.any() and plan.on_null_event_time == NullEventTime.ERROR:
+        raise null_event_time_error(event_time, int(null.sum()))
+    keys = list(plan.keys)
+    if keys:
+        key_codes = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+        key_table = df[keys].groupby(key_codes).first()
     else:
         key_codes, key_table = np.zeros(len(df), dtype=np.int64), None
-    reducer = Reducer(strategy, aggregations)
-    values = df.drop(columns=list(key_cols))  # keys travel as codes; restored below
+    values = df.drop(columns=keys)  # keys travel as codes; restored below
+    valid = np.flatnonzero(~null)
+    ts = ts_all[valid]
+    reducer = Reducer(plan.windowing, plan.core_aggregations)
     if arrival_time is None:
-        emissions = [reducer.step(key_codes, ts, values, watermark=MAX_TIMESTAMP)]
+        steps: list[Step] = [
+            MicroBatch(Bundle(key_codes[valid], ts, values.iloc[valid]), watermark=MAX_TIMESTAMP)
+        ]
     else:
-        arrival = _millis(df[arrival_time]).to_numpy(np.int64)
-        order = np.argsort(arrival, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, arrival[order][1:] != arrival[order][:-1]])
-        emissions, seen = [], None
-        for part in np.split(order, cuts[1:]):
-            wm = None if seen is None or watermark_delay is None else seen - watermark_delay
-            now = int(arrival[part[0]])
-            # As in Spark, the batch's watermark comes from earlier batches: it is
-            # advanced first, and the batch's rows are judged late against it.
-            before = reducer.advance_watermark(wm, now) if wm is not None else None
-            em = reducer.step(key_codes[part], ts[part], values.iloc[part], now=now)
-            emissions.append(Emission.concat([before, em]) if before is not None else em)
-            batch_max = int(ts[part].max())
-            seen = batch_max if seen is None else max(seen, batch_max)
-        emissions.append(reducer.step(watermark=MAX_TIMESTAMP, now=int(arrival.max())))
+        steps = _replay_steps(df, plan, arrival_time, valid, ts, key_codes, values)
+    emissions = [apply_step(reducer, step) for step in steps]
     for i, em in enumerate(emissions):
         em.panes["step"] = i
         em.dropped["step"] = i
     out = Emission.concat(emissions)
-    out = Emission(_with_keys(out.panes, key_table), _with_keys(out.dropped, key_table))
+    dropped = out.dropped.rename(columns={"timestamp": "event_time"})
+    if null.any():
+        dropped = pd.concat([dropped, _null_letters(values, key_codes, null)], ignore_index=True)
+    dropped["elements"] = np.ones(len(dropped), dtype=np.int64)
+    out = Emission(_with_keys(out.panes, key_table), _with_keys(dropped, key_table))
     if is_datetime:
+        tz = column.dt.tz
         for frame in (out.panes, out.dropped):
-            for col in ("window_start", "window_end", "timestamp"):
+            for col in ("window_start", "window_end", "timestamp", "event_time"):
                 if col in frame:
-                    frame[col] = _to_datetime(frame[col])
+                    frame[col] = _to_datetime(frame[col], tz)
     return out
 
 
-def _millis(col: pd.Series) -> pd.Series:
+def _replay_steps(df, plan, arrival_time, valid, ts, key_codes, values) -> list[Step]:
+    arrival = _millis(df[arrival_time])[0][valid]
+    order = np.argsort(arrival, kind="stable")
+    cuts = np.flatnonzero(np.r_[True, arrival[order][1:] != arrival[order][:-1]])
+    batches = np.split(order, cuts[1:])
+    frame = df.iloc[valid]
+    watermarks = WATERMARKS[type(plan.watermark)](plan.watermark, frame, ts, batches)
+    steps: list[Step] = []
+    for part, (arrival_wm, after_wm) in zip(batches, watermarks, strict=True):
+        rows = valid[part]
+        steps.append(
+            MicroBatch(
+                Bundle(key_codes[rows], ts[part], values.iloc[rows]),
+                watermark=after_wm,
+                now=int(arrival[part[0]]),
+                arrival_watermark=arrival_wm,
+            )
+        )
+    last = int(arrival.max()) if len(arrival) else 0
+    steps.append(MicroBatch(watermark=MAX_TIMESTAMP, now=last))
+    return steps
+
+
+def _null_letters(values: pd.DataFrame, key_codes: np.ndarray, null: np.ndarray) -> pd.DataFrame:
+    rows = np.flatnonzero(null)
+    letters = pd.DataFrame(
+        {
+            "key": key_codes[rows],
+            "event_time": np.full(len(rows), np.nan),
+            "window_start": np.full(len(rows), np.nan),
+            "window_end": np.full(len(rows), np.nan),
+            "reason": DropReason.NULL_EVENT_TIME.value,
+        }
+    )
+    inputs = values.iloc[rows].reset_index(drop=True)
+    letters = pd.concat([letters, inputs.drop(columns=letters.columns, errors="ignore")], axis=1)
+    letters["step"] = 0
+    return letters
+
+
+def _millis(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Event times as int64 epoch ms, and where they are null (tz-aware times are instants)."""
+    null = col.isna().to_numpy()
     if pd.api.types.is_datetime64_any_dtype(col):
-        utc = col.dt.tz_convert("UTC") if col.dt.tz is not None else col
-        out = pd.Series(utc.to_numpy().astype("datetime64[ms]").astype(np.int64), index=col.index)
-        return out.where(col.notna())
-    return pd.to_numeric(col)
+        utc = col.dt.tz_convert("UTC").dt.tz_localize(None) if col.dt.tz is not None else col
+        ms = utc.to_numpy().astype("datetime64[ms]").astype(np.int64)
+    else:
+        ms = pd.to_numeric(col).to_numpy(dtype=np.int64, na_value=0)
+    return ms, null
 
 
-def _to_datetime(col: pd.Series) -> pd.Series:
+def _to_datetime(col: pd.Series, tz) -> pd.Series:
     values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64)
     inside = (values > -(2**62) + 86_400_000) & (values < 2**62 - 2 * 86_400_000)
-    return pd.Series(pd.to_datetime(np.where(inside, values, np.nan), unit="ms"), index=col.index)
+    out = pd.Series(pd.to_datetime(np.where(inside, values, np.nan), unit="ms"), index=col.index)
+    return out.dt.tz_localize("UTC").dt.tz_convert(tz) if tz is not None else out
 
 
 def _with_keys(frame: pd.DataFrame, key_table: pd.DataFrame | None) -> pd.DataFrame:

@@ -1,9 +1,18 @@
-"""Run trigger/windowing conformance transcripts (see shared TRANSCRIPTS.md).
+"""Run trigger/windowing conformance transcripts (format: docs/transcripts.md).
 
     python -m headwater.testing.transcripts FILE.yaml [...] [--runner local|spark]
 
 Every document of every file is one test. A failing test prints one line with
 its first difference; the run ends with ``N passed, M failed``.
+
+Besides the events of the shared format, a transcript may write one micro-batch
+that carries several parts together (docs/semantics.md, "one step")::
+
+    - step: {clock: 12, input: [3, 5], watermark: 10}
+
+rows arrive at processing time 12 and the watermark advances to 10, then the
+triggers are evaluated once and the timers due by 12 fire. Each part is
+optional; without ``clock`` the step fires no processing-time timers.
 """
 
 from __future__ import annotations
@@ -19,11 +28,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from headwater.model import combiners, triggers, windows
+from headwater.model import combiners, triggers, types, windows
+from headwater.model.plan import Schema, WindowedAggregationPlan, build_plan
 from headwater.model.reducer import Aggregations, Emission
+from headwater.model.steps import Bundle, ClockAdvance, MicroBatch, Step, WatermarkAdvance
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import seconds_to_millis
-from headwater.runners.local import Bundle, ClockAdvance, LocalRunner, Step, WatermarkAdvance
+from headwater.model.watermarks import Punctuated
+from headwater.runners.local import LocalRunner
 
 DEFAULT_KEY = "k"
 
@@ -76,23 +88,31 @@ def _evaluate(text: str, names: dict) -> object:
 
 @dataclass
 class Document:
-    """One parsed transcript."""
+    """One parsed transcript: its plan (validated when parsed) and its events."""
 
     name: str
-    strategy: WindowingStrategy
-    aggregations: Aggregations | None
+    plan: WindowedAggregationPlan
     events: list[dict]
     error: str | None
     broken_on: list[str]
 
+    @property
+    def strategy(self) -> WindowingStrategy:
+        return self.plan.windowing
+
+    @property
+    def aggregations(self) -> Aggregations:
+        return self.plan.core_aggregations
+
     @classmethod
     def parse(cls, doc: dict) -> Document:
         combine = doc.get("combine_fn")
-        aggregations = None
-        if combine is not None:
-            if combine not in combiners.COMBINERS:
-                raise ValueError(f"unknown combine_fn {combine!r}")
+        if combine is None:
+            aggregations = {"values": (combiners.ToList(), "value")}
+        elif combine in combiners.COMBINERS:
             aggregations = {"value": (combiners.COMBINERS[combine](), "value")}
+        else:
+            raise ValueError(f"unknown combine_fn {combine!r}")
         strategy = WindowingStrategy.of(
             window_fn=_evaluate(doc.get("window_fn", "GlobalWindows"), _WINDOW_NAMES),
             trigger=_evaluate(doc.get("trigger_fn", "Default"), _TRIGGER_NAMES),
@@ -100,14 +120,44 @@ class Document:
             allowed_lateness=doc.get("allowed_lateness", 0),
             timestamp_combiner=doc.get("timestamp_combiner", "OUTPUT_AT_EOW"),
         )
+        events = list(doc.get("transcript") or [])
+        plan = build_plan(
+            _schema(events),
+            keys=("k",),
+            event_time="t",
+            windowing=strategy,
+            aggregations=aggregations,
+            bounded=False,
+            watermark=Punctuated(),
+        )
         return cls(
             doc.get("name", "<unnamed>"),
-            strategy,
-            aggregations,
-            list(doc.get("transcript") or []),
+            plan,
+            events,
             doc.get("error"),
             doc.get("broken_on") or [],
         )
+
+
+def _schema(events: list[dict]) -> Schema:
+    """Columns of a transcript's elements: key ``k``, time ``t`` (ms), ``value``."""
+    items = []
+    for event in events:
+        ((kind, arg),) = event.items()
+        if kind == "step":
+            arg = (arg or {}).get("input")
+        elif kind != "input":
+            continue
+        items += [i if isinstance(i, dict) else {"t": i} for i in (arg or [])]
+    keys = [i["k"] for i in items if "k" in i]
+    values = [i.get("v", i["t"]) for i in items]
+    return Schema.of(
+        {
+            "k": types.of_python(keys[0]) if keys else types.STRING,
+            "t": types.INT64,
+            "value": types.of_python(values[0]) if values else types.INT64,
+        }
+    )
 
 
 def timeline(events: list[dict]) -> tuple[list[Step], list[tuple[int, list[dict]]]]:
@@ -119,11 +169,23 @@ def timeline(events: list[dict]) -> tuple[list[Step], list[tuple[int, list[dict]
     for event in events:
         ((kind, arg),) = event.items()
         if kind == "input":
-            items = [i if isinstance(i, dict) else {"t": i} for i in (arg or [])]
-            keys = [i.get("k", DEFAULT_KEY) for i in items]
-            ts = [seconds_to_millis(i["t"]) for i in items]
-            values = [i.get("v", i["t"]) for i in items]
-            steps.append(Bundle(keys, ts, values))
+            steps.append(_bundle(arg))
+        elif kind == "step":
+            parts = dict(arg or {})
+            unknown = set(parts) - {"clock", "input", "watermark"}
+            if unknown:
+                raise ValueError(f"unknown parts of a step: {sorted(unknown)}")
+            if "clock" in parts:
+                now = seconds_to_millis(float(parts["clock"]))
+            watermark = parts.get("watermark")
+            steps.append(
+                MicroBatch(
+                    _bundle(parts["input"]) if "input" in parts else None,
+                    watermark=None if watermark is None else seconds_to_millis(float(watermark)),
+                    now=now if "clock" in parts else None,
+                    fire_timers="clock" in parts,
+                )
+            )
         elif kind == "watermark":
             steps.append(WatermarkAdvance(seconds_to_millis(float(arg))))
         elif kind == "clock":
@@ -138,6 +200,13 @@ def timeline(events: list[dict]) -> tuple[list[Step], list[tuple[int, list[dict]
     return steps, expects
 
 
+def _bundle(items) -> Bundle:
+    items = [i if isinstance(i, dict) else {"t": i} for i in (items or [])]
+    keys = [i.get("k", DEFAULT_KEY) for i in items]
+    ts = [seconds_to_millis(i["t"]) for i in items]
+    return Bundle(keys, ts, [i.get("v", i["t"]) for i in items])
+
+
 # ------------------------------------------------------------------ matching
 def _window_of(pane: dict) -> object:
     if pane["window_end"] >= windows.GLOBAL_WINDOW_END:
@@ -146,6 +215,8 @@ def _window_of(pane: dict) -> object:
 
 
 def _same(expected, actual) -> bool:
+    if expected is None or actual is None:  # NULL: None, or NaN in a float column
+        return _is_null(expected) and _is_null(actual)
     if isinstance(expected, float) or isinstance(actual, float):
         try:
             return bool(np.isclose(float(expected), float(actual), equal_nan=True))
@@ -154,6 +225,10 @@ def _same(expected, actual) -> bool:
     if isinstance(expected, list) and isinstance(actual, list):
         return len(expected) == len(actual) and all(map(_same, expected, actual))
     return expected == actual
+
+
+def _is_null(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _field(pane: dict, name: str):
@@ -240,27 +315,31 @@ def check(expected: list[dict], produced: list[dict], where: str) -> None:
 
 
 # -------------------------------------------------------------------- runners
-TimelineRunner = Callable[[WindowingStrategy, Aggregations | None, list[Step]], list[Emission]]
+TimelineRunner = Callable[[WindowedAggregationPlan, list[Step]], list[Emission]]
 
 
-def local_runner(strategy, aggregations, steps) -> list[Emission]:
-    return LocalRunner().run_steps(strategy, aggregations, steps)
+def local_runner(plan: WindowedAggregationPlan, steps: list[Step]) -> list[Emission]:
+    return LocalRunner().run_steps(plan.windowing, plan.core_aggregations, steps)
+
+
+def spark_runner(plan: WindowedAggregationPlan, steps: list[Step], **options) -> list[Emission]:
+    from headwater.runners.spark.timeline import run_timeline
+
+    return run_timeline(plan.windowing, plan.core_aggregations, steps, **options)
 
 
 def _runner(name: str) -> TimelineRunner:
     if name == "local":
         return local_runner
     if name == "spark":
-        from headwater.runners.spark.timeline import run_timeline
-
-        return run_timeline
+        return spark_runner
     raise ValueError(f"unknown runner {name!r}")
 
 
 def run_document(doc: Document, runner: TimelineRunner) -> None:
     """Run one transcript; raise TranscriptError at the first difference."""
     steps, expects = timeline(doc.events)
-    emissions = runner(doc.strategy, doc.aggregations, steps)
+    emissions = runner(doc.plan, steps)
     if len(emissions) != len(steps):
         raise TranscriptError(f"runner returned {len(emissions)} emissions for {len(steps)} steps")
     produced: list[dict] = []

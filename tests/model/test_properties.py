@@ -153,6 +153,12 @@ def _num(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+def _sum0(v) -> int:
+    """A pane's sum as an int, 0 for an empty pane's NULL (NaN): these properties
+    are about firing and accumulation, not SQL's NULL sum of nothing."""
+    return 0 if _num(v) is None else int(v)
+
+
 def pane_tuple(p: dict, meta=True, values=True) -> tuple:
     out = (p["key"], int(p["window_start"]), int(p["window_end"]), bool(p["is_retraction"]))
     if meta:
@@ -165,7 +171,7 @@ def pane_tuple(p: dict, meta=True, values=True) -> tuple:
             int(p["timestamp"]),
         )
     if values:
-        out += (int(p["n"]), int(p["s"]), _num(p["lo"]), _num(p["hi"]))
+        out += (int(p["n"]), _sum0(p["s"]), _num(p["lo"]), _num(p["hi"]))
     return out
 
 
@@ -234,12 +240,14 @@ def simulate_default(steps, spec: Spec, lateness: int, mode: str):
     live: dict = {}  # (key, s, e) -> {"all": [], "pend": [], "fired": 0, "eow": bool}
     panes, dropped = [], []
 
-    def fire(w, st):
+    def fire(w, st, eow=False):
         k, s, e = w
         vals = st["all"] if mode == "accumulating" else st["pend"]
         early = wm < e
         nonspec = st["fired"] - st["early"]
-        timing = "EARLY" if early else ("ON_TIME" if nonspec == 0 else "LATE")
+        # Rule 1: ON_TIME needs the end-of-window firing or unemitted on-time data.
+        on_time = nonspec == 0 and (eow or st["ontime"])
+        timing = "EARLY" if early else ("ON_TIME" if on_time else "LATE")
         idx = st["fired"]
         lo = float(min(vals)) if vals else None
         hi = float(max(vals)) if vals else None
@@ -249,7 +257,7 @@ def simulate_default(steps, spec: Spec, lateness: int, mode: str):
         st["fired"] += 1
         st["early"] += early
         st["pend"] = []
-        st["eow"] = False
+        st["eow"] = st["ontime"] = False
         return out
 
     for step in steps:
@@ -262,11 +270,20 @@ def simulate_default(steps, spec: Spec, lateness: int, mode: str):
                         d.append((k, t, s, e, "late", x))
                         continue
                     st = live.setdefault(
-                        (k, s, e), {"all": [], "pend": [], "fired": 0, "early": 0, "eow": False}
+                        (k, s, e),
+                        {
+                            "all": [],
+                            "pend": [],
+                            "fired": 0,
+                            "early": 0,
+                            "eow": False,
+                            "ontime": False,
+                        },
                     )
                     st["all"].append(x)
                     st["pend"].append(x)
-                    st["eow"] = True
+                    if wm < e:  # on time: an end-of-window firing is ahead
+                        st["eow"] = st["ontime"] = True
                     if (k, s, e) not in touched:
                         touched.append((k, s, e))
             for w in touched:
@@ -276,7 +293,7 @@ def simulate_default(steps, spec: Spec, lateness: int, mode: str):
             wm = step.t
             for w, st in live.items():
                 if st["eow"] and w[2] <= wm:
-                    p.append(fire(w, st))
+                    p.append(fire(w, st, eow=True))
             for w in [w for w in live if gc_time(w[2], lateness) <= wm]:
                 assert not live[w]["pend"]
                 del live[w]
@@ -373,10 +390,10 @@ def test_discarding_panes_add_up_to_accumulating_panes(seed):
         for p in sorted(records(d), key=lambda p: p["pane_index"]):
             w = (p["key"], p["window_start"], p["window_end"])
             sums_dis[w][0] += int(p["n"])
-            sums_dis[w][1] += int(p["s"])
+            sums_dis[w][1] += _sum0(p["s"])
         for p in records(a):
             w = (p["key"], p["window_start"], p["window_end"])
-            totals_acc[w] = (int(p["n"]), int(p["s"]))
+            totals_acc[w] = (int(p["n"]), _sum0(p["s"]))
             if spec.kind != "sessions":
                 # Each accumulating pane is the running total of the discarding ones.
                 assert totals_acc[w] == tuple(sums_dis[w]), f"step {i} window {w}"
@@ -531,7 +548,9 @@ def simulate_count(steps, spec, lateness, n, repeat, mode):
     def pane(w, st):
         early = wm < w[2]
         nonspec = st["fired"] - st["early"]
-        timing = "EARLY" if early else ("ON_TIME" if nonspec == 0 else "LATE")
+        # Rule 1 (no end-of-window firing): ON_TIME only with unemitted on-time data.
+        on_time = nonspec == 0 and st.get("ontime", False)
+        timing = "EARLY" if early else ("ON_TIME" if on_time else "LATE")
         v = st["all"] if mode == "accumulating" else st["pend"]
         last = st["closed"] or gc_time(w[2], lateness) <= wm
         row = (*w, False, timing, st["fired"], -1 if early else nonspec, st["fired"] == 0, last)
@@ -540,6 +559,7 @@ def simulate_count(steps, spec, lateness, n, repeat, mode):
         st["fired"] += 1
         st["early"] += early
         st["pend"] = []
+        st["ontime"] = False
         return row
 
     for step in steps:
@@ -559,6 +579,7 @@ def simulate_count(steps, spec, lateness, n, repeat, mode):
                         )
                         st["all"].append(x)
                         st["pend"].append(x)
+                        st["ontime"] = st.get("ontime", False) or wm < e
                         if w not in touched:
                             touched.append(w)
             for w in touched:
@@ -609,7 +630,9 @@ def simulate_processing_time(steps, spec, lateness, mode, delay=None, period=Non
     def pane(w, st, at):
         early = wm < w[2]
         nonspec = st["fired"] - st["early"]
-        timing = "EARLY" if early else ("ON_TIME" if nonspec == 0 else "LATE")
+        # Rule 1 (no end-of-window firing): ON_TIME only with unemitted on-time data.
+        on_time = nonspec == 0 and st.get("ontime", False)
+        timing = "EARLY" if early else ("ON_TIME" if on_time else "LATE")
         v = st["all"] if mode == "accumulating" else st["pend"]
         last = gc_time(w[2], lateness) <= wm
         row = (*w, False, timing, st["fired"], -1 if early else nonspec, st["fired"] == 0, last)
@@ -617,6 +640,7 @@ def simulate_processing_time(steps, spec, lateness, mode, delay=None, period=Non
         st["fired"] += 1
         st["early"] += early
         st["pend"] = []
+        st["ontime"] = False
         st["timer"] = None
         return at, row
 
@@ -632,6 +656,7 @@ def simulate_processing_time(steps, spec, lateness, mode, delay=None, period=Non
                     )
                     st["all"].append(x)
                     st["pend"].append(x)
+                    st["ontime"] = st.get("ontime", False) or wm < e
                     if st["timer"] is None:
                         st["timer"] = timer_for(now)
             # Input steps fire no processing-time timers, not even a delay of 0.
@@ -744,9 +769,11 @@ def test_session_windows_are_the_union_of_accepted_elements(seed):
             key=repr,
         )
         assert got == want[i], f"step {i}: {steps[i]}"
-        # Never fires only at garbage collection: one final pane per session.
+        # Never fires only at garbage collection: one final pane per session,
+        # ON_TIME, or LATE when all its data arrived late (rule 1).
         for p in records(em):
-            assert p["is_last"] and p["pane_index"] == 0 and p["timing"] == "ON_TIME"
+            assert p["is_last"] and p["pane_index"] == 0 and p["timing"] in ("ON_TIME", "LATE")
+            assert p["nonspeculative_index"] == 0
 
 
 # ======================================================================
@@ -770,8 +797,8 @@ def check_metadata(ems, lateness):
         early = [t == "EARLY" for t in timings]
         assert [n == -1 for n in nonspec] == early, (w, nonspec, timings)
         assert [n for n in nonspec if n >= 0] == list(range(early.count(False))), (w, nonspec)
-        if "LATE" in timings:
-            assert "ON_TIME" in timings, (w, timings)
+        # Rule 1: a window may have no ON_TIME pane (its first non-EARLY pane is
+        # LATE when all the new data it emits arrived late).
         for _, p in panes:
             assert bool(p["is_first"]) == (p["pane_index"] == 0)
         last = [bool(p["is_last"]) for _, p in panes]

@@ -257,7 +257,8 @@ def test_watermark_trigger_empty_on_time_pane_carries_the_empty_value():
     r.add_bundle(["k"], [1000], [5])
     out = r.advance_watermark(10_000).panes
     assert out["timing"].tolist() == ["ON_TIME"]
-    assert out["total"].tolist() == [0] and out["n"].tolist() == [0]
+    # SQL semantics: the sum of no value is NULL (NaN), the count 0.
+    assert np.isnan(float(out["total"].iloc[0])) and out["n"].tolist() == [0]
     assert np.isnan(float(out["lo"].iloc[0]))
     assert out["is_last"].tolist() == [True]
 
@@ -300,12 +301,81 @@ def test_default_trigger_late_panes_and_finality():
     assert run.input(5).dropped["reason"].tolist() == ["late"]
 
 
-def test_late_element_arriving_after_watermark_is_first_pane_on_time():
-    """Rule 1: the first pane fired after the watermark passed the end is ON_TIME."""
+def test_late_element_arriving_after_watermark_is_late_first_pane():
+    """Rule 1: a window whose first data arrives late starts with a LATE pane."""
     run = Run(FixedWindows(10), Default(), "accumulating", lateness=100)
     run.watermark(50)
     em = run.input(5)
-    same(em, P((0, 10), [5], "ON_TIME", 0))
+    same(em, P((0, 10), [5], "LATE", 0))
+    assert em.panes["nonspeculative_index"].tolist() == [0]
+    assert em.panes["is_first"].tolist() == [True]
+    same(run.input(6), P((0, 10), [5, 6], "LATE", 1))
+
+
+def test_late_created_window_first_pane_is_late_under_every_trigger():
+    for trigger in (Repeatedly(AfterCount(1)), AfterWatermark(late=AfterCount(1))):
+        run = Run(FixedWindows(10), trigger, "discarding", lateness=100)
+        run.watermark(50)
+        same(run.input(5), P((0, 10), [5], "LATE", 0))
+    # Processing time: the pane fires after the end with only late data.
+    run = Run(FixedWindows(10), Repeatedly(AfterProcessingTime(5)), "discarding", lateness=100)
+    run.watermark(50)
+    same(run.input(5))
+    same(run.clock(5), P((0, 10), [5], "LATE", 0))
+
+
+def test_after_count_completed_by_late_element_is_on_time():
+    """Rule 1: the pane emits on-time data that no pane had emitted yet."""
+    run = Run(FixedWindows(10), AfterCount(2), "discarding", lateness=100)
+    same(run.input(1))
+    same(run.watermark(20))
+    em = run.input(2)
+    same(em, P((0, 10), [1, 2], "ON_TIME", 0, final=True))
+    assert em.panes["nonspeculative_index"].tolist() == [0]
+
+
+def test_after_count_after_an_early_pane_completed_late_is_on_time():
+    run = Run(FixedWindows(10), Repeatedly(AfterCount(2)), "discarding", lateness=100)
+    same(run.input(1, 2), P((0, 10), [1, 2], "EARLY", 0))
+    same(run.input(3))  # on time, not emitted yet
+    same(run.watermark(20))
+    same(run.input(4), P((0, 10), [3, 4], "ON_TIME", 1))
+    same(run.input(5, 6), P((0, 10), [5, 6], "LATE", 2))
+
+
+def test_after_count_with_only_late_data_after_an_early_pane_is_late():
+    run = Run(FixedWindows(10), Repeatedly(AfterCount(2)), "accumulating", lateness=100)
+    same(run.input(1, 2), P((0, 10), [1, 2], "EARLY", 0))
+    same(run.watermark(20))
+    em = run.input(3, 4)
+    same(em, P((0, 10), [1, 2, 3, 4], "LATE", 1))
+    assert em.panes["nonspeculative_index"].tolist() == [0]
+
+
+def test_gc_flush_of_on_time_data_is_on_time():
+    run = Run(FixedWindows(10), Never(), "discarding", lateness=5)
+    same(run.input(1))
+    same(run.watermark(12))
+    same(run.input(2))  # late, but the window also holds unemitted on-time data
+    same(run.watermark(15), P((0, 10), [1, 2], "ON_TIME", 0, final=True))
+
+
+def test_gc_flush_of_only_late_data_is_late():
+    run = Run(FixedWindows(10), Never(), "discarding", lateness=5)
+    same(run.watermark(12))
+    same(run.input(2))
+    em = run.watermark(15)
+    same(em, P((0, 10), [2], "LATE", 0, final=True))
+    assert em.panes["nonspeculative_index"].tolist() == [0]
+
+
+def test_micro_batch_past_the_end_fires_one_on_time_pane():
+    """Rows added at a watermark before the end, then the watermark passes it in the
+    same step: the end-of-window firing, ON_TIME, and no EARLY pane."""
+    strategy = WindowingStrategy.of(FixedWindows(10), AfterWatermark(early=AfterCount(1)))
+    r = Reducer(strategy, None)
+    em = r.step(["k", "k"], [1000, 2000], [1, 2], watermark=30_000)
+    same(em, P((0, 10), [1, 2], "ON_TIME", 0, final=True))
     assert em.panes["nonspeculative_index"].tolist() == [0]
 
 
@@ -351,15 +421,27 @@ def test_late_element_bridges_fired_sessions():
         P((0, 10), [0], "ON_TIME", 0),
         P((12, 22), [12], "ON_TIME", 0),
     )
+    # [5, 15) bridges both: a new window [0, 22) whose first pane is LATE (rule 1):
+    # its only unemitted data (5) arrived after the watermark passed the end.
     same(
-        run.input(5),  # [5, 15) bridges both: new window [0, 22)
+        run.input(5),
         P((0, 10), [0], "ON_TIME", 0, retraction=True),
         P((12, 22), [12], "ON_TIME", 0, retraction=True),
-        P((0, 22), [0, 5, 12], "ON_TIME", 0),
+        P((0, 22), [0, 5, 12], "LATE", 0),
     )
-    same(run.input(20), P((0, 22), [0, 5, 12], "ON_TIME", 0, retraction=True),
-         P((0, 30), [0, 5, 12, 20], "ON_TIME", 0))  # fmt: skip
+    # A retraction repeats the timing of the pane it withdraws.
+    same(run.input(20), P((0, 22), [0, 5, 12], "LATE", 0, retraction=True),
+         P((0, 30), [0, 5, 12, 20], "LATE", 0))  # fmt: skip
     same(run.watermark(130))
+
+
+def test_late_element_bridging_a_session_with_unemitted_on_time_data():
+    """The bridged session carries on-time data no pane emitted: ON_TIME."""
+    run = Run(Sessions(10), AfterCount(3), "discarding", lateness=100)
+    run.input(0)  # [0, 10): one on-time element, not emitted
+    run.input(12, 13)  # [12, 23): two
+    same(run.watermark(50))
+    same(run.input(5), P((0, 23), [0, 5, 12, 13], "ON_TIME", 0, final=True))
 
 
 def test_session_merge_counts_add_and_earliest_timer_wins():

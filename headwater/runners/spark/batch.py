@@ -1,14 +1,23 @@
 """The bounded runner: a windowed aggregation compiled to a native Spark batch plan.
 
-No Python UDF runs here. Window assignment and merging are Spark expressions,
-the aggregation is Spark's own (hash aggregation with partial aggregation before
-the shuffle, the combiner lifting of FlumeJava and Dataflow), and the pane
-metadata is a handful of literals.
+For the built-in combiners and window functions no Python UDF runs here.
+Window assignment and merging are Spark expressions, the aggregation is Spark's
+own (hash aggregation with partial aggregation before the shuffle, the combiner
+lifting of FlumeJava and Dataflow), and the pane metadata is a handful of
+literals. What is native is declared in two registries keyed by class, as
+sqlglot's ``Generator.TRANSFORMS``: :data:`AGGREGATES` (combiner -> Spark
+aggregate) and :data:`WINDOWS` (window function -> Spark plan). Anything else
+(a user ``CombineFn``, a user ``WindowFn``, ``EARLIEST_TRANSFORMED`` with a
+custom ``output_time``) raises :class:`Unsupported` there, and the plan falls
+back to the model's own vectorized code in a grouped pandas UDF
+(``groupBy(keys).applyInPandas``: one :class:`~headwater.model.reducer.Reducer`
+step per key with the watermark at +inf, the semantics below), with output
+types from :meth:`CombineFn.output_type` (declared or inferred).
 
 Semantics of a bounded input
 ----------------------------
 A bounded input is *complete*: nothing will ever arrive after it. headwater
-runs it as a single step (TRANSCRIPTS.md rule 7) in which every row is added
+runs it as a single step (docs/semantics.md, rule 7) in which every row is added
 while the watermark is still at -inf (so, by rule 3, no row is late and
 allowed lateness is irrelevant), the watermark then advances to +inf, and only
 then are triggers evaluated. Every window that holds data therefore emits
@@ -50,13 +59,15 @@ Spark timestamps when the event-time column was one.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from headwater.model import schema
 from headwater.model.combiners import (
     ApproxDistinct,
     ApproxQuantiles,
@@ -69,9 +80,17 @@ from headwater.model.combiners import (
     ToList,
     TopK,
 )
-from headwater.model.panes import PANE_COLUMNS, TimestampCombiner, Timing
-from headwater.model.strategy import WindowingStrategy
+from headwater.model.panes import TimestampCombiner, Timing
+from headwater.model.plan import (
+    Aggregate,
+    Capabilities,
+    NullEventTime,
+    WindowedAggregationPlan,
+    null_event_time_error,
+)
+from headwater.model.schema import PANE_COLUMNS, Field
 from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
+from headwater.model.types import INT64, TIMESTAMP
 from headwater.model.windows import (
     CalendarWindows,
     FixedWindows,
@@ -81,9 +100,14 @@ from headwater.model.windows import (
     ValidityWindows,
     WindowFn,
 )
+from headwater.runners.spark.types import to_spark, to_spark_pandas
 
 __all__ = [
+    "AGGREGATES",
+    "WINDOWS",
     "BoundedPlan",
+    "NativeWindows",
+    "Unsupported",
     "NULL_EVENT_TIME",
     "NO_WINDOW",
     "compile_bounded",
@@ -110,8 +134,6 @@ _MAX_TS = "__hw_max_ts"
 # range as the streaming runner's.
 SPARK_MIN_MS = -62_135_596_800_000
 SPARK_MAX_MS = 253_402_300_799_999
-
-Aggregations = Mapping[str, tuple[CombineFn, str | None]]
 
 
 # --------------------------------------------------------------------------- time
@@ -159,87 +181,175 @@ def _field(df: DataFrame, column: str) -> T.StructField:
     raise ValueError(f"no column {column!r} in the input (it has {df.columns})")
 
 
-# ------------------------------------------------------------------ aggregations
-def spark_aggregate(
-    fn: CombineFn, column: str | None, input_type: T.DataType | None = None
-) -> Column:
-    """Spark's native aggregate equivalent to the core combiner ``fn`` over ``column``.
+# ------------------------------------------------------------ what is native
+class Unsupported(NotImplementedError):
+    """A combiner, window function or timestamp combiner that Spark's native batch
+    plan cannot express. :func:`compile_bounded` catches it and runs the whole
+    aggregation through the model's own code in a grouped pandas UDF instead."""
 
-    The equivalence is the one a bounded window needs: the combiner's output for
-    all the window's elements. ``Sum`` of no non-null value is 0, as the
-    combiner's empty accumulator is. Output types follow the streaming runner
-    (int64 for integral sums, minima and maxima; quantiles as doubles).
-    """
-    c = F.col(column) if column is not None else None
-    kind = type(fn)
-    integral = isinstance(input_type, T.IntegralType)
-    if kind is Count:
-        return F.count(F.lit(1))
+    def __init__(self, kind: str, obj: object, native: Sequence[type]) -> None:
+        self.obj = obj
+        names = ", ".join(t.__name__ for t in native)
+        super().__init__(
+            f"{kind} {type(obj).__name__} has no native Spark batch translation (native "
+            f"{kind}s: {names}); a bounded plan runs it through headwater's own code in "
+            "a grouped pandas UDF"
+        )
+
+
+#: A native aggregate: ``(combine_fn, input column or None, its Spark type or None)``
+#: -> a Spark aggregate ``Column`` (cast to the combiner's output type afterwards).
+AggregateBuilder = Callable[[Any, "Column | None", "T.DataType | None"], Column]
+
+
+def _needs(c: Column | None, fn: CombineFn) -> Column:
     if c is None:
         raise ValueError(f"{fn!r} needs an input column")
-    if kind is Sum:
-        return F.coalesce(F.sum(c), F.lit(0))
-    if kind is Mean:
-        return F.avg(c)
-    if kind is Min:
-        return F.min(c).cast("long") if integral else F.min(c)
-    if kind is Max:
-        return F.max(c).cast("long") if integral else F.max(c)
-    if kind is ToList:
-        return F.collect_list(c)
-    if kind is TopK:
-        return F.slice(F.sort_array(F.collect_list(c), asc=not fn.largest), 1, fn.k)
-    if kind is ApproxDistinct:
-        # Spark derives its HLL++ precision as ceil(2 * log2(1.106 / rsd)); this rsd
-        # gives exactly the combiner's precision.
-        rsd = 1.106 / math.pow(2.0, fn.p / 2.0) * (1 + 1e-9)
-        return F.approx_count_distinct(c, rsd=rsd)
-    if kind is ApproxQuantiles:
-        ranks = [i / (fn.q - 1) for i in range(fn.q)]
-        quantiles = F.percentile_approx(c, F.array(*[F.lit(r) for r in ranks]), 10_000)
-        return quantiles.cast("array<double>")
-    raise NotImplementedError(
-        f"{type(fn).__name__} has no native Spark equivalent, so a bounded input cannot be "
-        "aggregated with it without a Python UDF; use one of Sum, Count, Mean, Min, Max, "
-        "ToList, TopK, ApproxDistinct, ApproxQuantiles"
-    )
+    return c
+
+
+def _approx_distinct(fn: ApproxDistinct, c, _t) -> Column:
+    # Spark derives its HLL++ precision as ceil(2 * log2(1.106 / rsd)); this rsd
+    # gives exactly the combiner's precision.
+    rsd = 1.106 / math.pow(2.0, fn.p / 2.0) * (1 + 1e-9)
+    return F.approx_count_distinct(_needs(c, fn), rsd=rsd)
+
+
+def _approx_quantiles(fn: ApproxQuantiles, c, _t) -> Column:
+    ranks = [i / (fn.q - 1) for i in range(fn.q)]
+    return F.percentile_approx(_needs(c, fn), F.array(*[F.lit(r) for r in ranks]), 10_000)
+
+
+#: Combiner class -> its native Spark aggregate (keyed by exact class, as sqlglot's
+#: ``Generator.TRANSFORMS``: a subclass may change the semantics, so it is not
+#: native unless registered itself). Register more with ``AGGREGATES[cls] = f``.
+AGGREGATES: dict[type[CombineFn], AggregateBuilder] = {
+    # SQL semantics as the core's: nulls skipped, NULL for no non-null input.
+    Sum: lambda fn, c, _t: F.sum(_needs(c, fn)),
+    Count: lambda fn, c, _t: F.count(c) if fn.skip_nulls and c is not None else F.count(F.lit(1)),
+    Mean: lambda fn, c, _t: F.avg(_needs(c, fn)),
+    Min: lambda fn, c, _t: F.min(_needs(c, fn)),
+    Max: lambda fn, c, _t: F.max(_needs(c, fn)),
+    ToList: lambda fn, c, _t: F.collect_list(_needs(c, fn)),
+    TopK: lambda fn, c, _t: F.slice(
+        F.sort_array(F.collect_list(_needs(c, fn)), asc=not fn.largest), 1, fn.k
+    ),
+    ApproxDistinct: _approx_distinct,
+    ApproxQuantiles: _approx_quantiles,
+}
+
+
+def spark_aggregate(aggregate: Aggregate, input_type: T.DataType | None = None) -> Column:
+    """Spark's native aggregate equivalent to the plan's ``aggregate``.
+
+    The equivalence is the one a bounded window needs: the combiner's output for
+    all the window's elements, with SQL's null semantics on both sides (``Sum``,
+    ``Mean``, ``Min``, ``Max`` of no non-null value are NULL; ``Count()`` counts
+    rows, ``Count(skip_nulls=True)`` non-null values). The result is cast to the
+    plan's output type (mapped by :mod:`headwater.runners.spark.types`): int64
+    for integral sums, minima and maxima, doubles for means and quantiles, as
+    on the streaming runner.
+
+    Raises :class:`Unsupported` for a combiner without a registered native
+    aggregate (:data:`AGGREGATES`).
+    """
+    fn = aggregate.combine_fn
+    builder = AGGREGATES.get(type(fn))
+    if builder is None:
+        raise Unsupported("combiner", fn, list(AGGREGATES))
+    c = F.col(aggregate.column) if aggregate.column is not None else None
+    return builder(fn, c, input_type).cast(to_spark(aggregate.output_type))
 
 
 # ----------------------------------------------------------------------- windows
-def _assign_windows(df: DataFrame, window_fn: WindowFn) -> DataFrame:
-    """Add ``_START`` (and ``_END`` where it is not ``_START`` plus a fixed size):
-    one row per element and window containing it.
+#: A native window plan: ``(rows with _TS, window_fn, key columns, aggregate
+#: columns)`` -> one row per key and window: ``*keys, _START, _END, *aggregates``.
+WindowPlan = Callable[[DataFrame, Any, Sequence[str], list[Column]], DataFrame]
 
-    Non-merging window functions only; merging ones (sessions, validity windows)
-    assign and merge in one step, see :func:`_sessions` and :func:`_validity`.
-    """
+
+@dataclass(frozen=True)
+class NativeWindows:
+    """How Spark expressions assign (and merge) one window function's windows."""
+
+    #: Groups the rows into windows and aggregates them.
+    plan: WindowPlan
+    #: The rows no window contains (dead letters ``no_window``), if some can be.
+    no_window: Callable[[DataFrame, Any], DataFrame] | None = None
+
+
+def _global(df, wf, key_cols, agg_exprs):
+    # Grouped by the (literal) bounds too: without keys, an empty input then has no
+    # group, where a global aggregate would make one row.
+    bounds = df.withColumn(_START, F.lit(MIN_TIMESTAMP)).withColumn(_END, F.lit(GLOBAL_WINDOW_END))
+    return bounds.groupBy(*key_cols, _START, _END).agg(*agg_exprs)
+
+
+def _fixed(df, wf: FixedWindows, key_cols, agg_exprs):
     ts = F.col(_TS)
-    kind = type(window_fn)
-    if kind is GlobalWindows:
-        return df.withColumn(_START, F.lit(MIN_TIMESTAMP)).withColumn(
-            _END, F.lit(GLOBAL_WINDOW_END)
-        )
-    if kind is FixedWindows:
-        size, offset = window_fn.size, window_fn.offset
-        # pmod, not %, so that times before the epoch floor too.
-        return df.withColumn(_START, ts - F.pmod(ts - F.lit(offset) if offset else ts, F.lit(size)))
-    if kind is SlidingWindows:
-        size, period, offset = window_fn.size, window_fn.period, window_fn.offset
-        k = -(-size // period)
-        last = ts - F.pmod(ts - F.lit(offset), F.lit(period))
-        # One row per window that may contain the element: starts last, last - period, ...
-        shifts = F.array(*[F.lit(i * period) for i in range(k)])
-        out = df.withColumn(_START, F.explode(shifts)).withColumn(_START, last - F.col(_START))
-        if k * period != size:  # otherwise every candidate contains the element
-            out = out.where(F.col(_START) + F.lit(size) > ts)
-        return out
-    if kind is CalendarWindows:
-        return _calendar(df, window_fn)
-    raise NotImplementedError(
-        f"{type(window_fn).__name__} cannot be compiled to a Spark batch plan; built-in "
-        "window functions are GlobalWindows, FixedWindows, SlidingWindows, Sessions, "
-        "CalendarWindows and ValidityWindows"
+    size, offset = wf.size, wf.offset
+    # pmod, not %, so that times before the epoch floor too.
+    start = ts - F.pmod(ts - F.lit(offset) if offset else ts, F.lit(size))
+    # The end follows from the start: group (and shuffle) by the start alone.
+    return (
+        df.withColumn(_START, start)
+        .groupBy(*key_cols, _START)
+        .agg(*agg_exprs)
+        .withColumn(_END, F.col(_START) + F.lit(size))
     )
+
+
+def _sliding(df, wf: SlidingWindows, key_cols, agg_exprs):
+    ts = F.col(_TS)
+    size, period, offset = wf.size, wf.period, wf.offset
+    k = -(-size // period)
+    last = ts - F.pmod(ts - F.lit(offset), F.lit(period))
+    # One row per window that may contain the element: starts last, last - period, ...
+    shifts = F.array(*[F.lit(i * period) for i in range(k)])
+    out = df.withColumn(_START, F.explode(shifts)).withColumn(_START, last - F.col(_START))
+    if k * period != size:  # otherwise every candidate contains the element
+        out = out.where(F.col(_START) + F.lit(size) > ts)
+    return (
+        out.groupBy(*key_cols, _START).agg(*agg_exprs).withColumn(_END, F.col(_START) + F.lit(size))
+    )
+
+
+def _sliding_gaps(df, wf: SlidingWindows) -> DataFrame:
+    """Rows between windows (period > size)."""
+    if wf.period <= wf.size:
+        return df.limit(0)
+    return df.where(F.pmod(F.col(_TS) - F.lit(wf.offset), F.lit(wf.period)) >= F.lit(wf.size))
+
+
+def _calendar_plan(df, wf: CalendarWindows, key_cols, agg_exprs):
+    return _calendar(df, wf).groupBy(*key_cols, _START, _END).agg(*agg_exprs)
+
+
+def _sessions_plan(df, wf: Sessions, key_cols, agg_exprs):
+    return _sessions(df, key_cols, wf.gap, agg_exprs)
+
+
+def _validity_plan(df, wf: ValidityWindows, key_cols, agg_exprs):
+    return _validity(df, key_cols, agg_exprs)
+
+
+#: Window function class -> its native plan (keyed by exact class; see
+#: :data:`AGGREGATES`). Others run through the model in a pandas UDF.
+WINDOWS: dict[type[WindowFn], NativeWindows] = {
+    GlobalWindows: NativeWindows(_global),
+    FixedWindows: NativeWindows(_fixed),
+    SlidingWindows: NativeWindows(_sliding, _sliding_gaps),
+    CalendarWindows: NativeWindows(_calendar_plan),
+    Sessions: NativeWindows(_sessions_plan),
+    ValidityWindows: NativeWindows(_validity_plan),
+}
+
+
+def native_windows(window_fn: WindowFn) -> NativeWindows:
+    """The registered native plan of ``window_fn``, or raise :class:`Unsupported`."""
+    native = WINDOWS.get(type(window_fn))
+    if native is None:
+        raise Unsupported("window function", window_fn, list(WINDOWS))
+    return native
 
 
 def _calendar(df: DataFrame, wf: CalendarWindows) -> DataFrame:
@@ -279,115 +389,173 @@ class BoundedPlan:
     dead_letters: DataFrame
 
 
-def compile_bounded(
-    df: DataFrame,
-    *,
-    key_cols: Sequence[str],
-    event_time_col: str,
-    strategy: WindowingStrategy,
-    aggregations: Aggregations,
-    on_null_event_time: str = "dead_letter",
-) -> BoundedPlan:
-    """Compile a windowed, keyed aggregation of a bounded ``df`` to a native Spark plan.
+def compile_bounded(df: DataFrame, plan: WindowedAggregationPlan) -> BoundedPlan:
+    """Compile the validated ``plan`` over the bounded ``df`` to a Spark batch plan.
 
-    ``aggregations`` maps output names to ``(combine_fn, input_column)``, the
-    core's format (:class:`headwater.model.reducer.Reducer`). The result has the
-    columns ``*key_cols, window_start, window_end, *aggregations, timestamp,
-    pane_index, nonspeculative_index, timing, is_first, is_last, is_retraction``
-    with window bounds and timestamp as epoch milliseconds.
+    The panes have the columns ``*keys, window_start, window_end,
+    *aggregations, timestamp, pane_index, nonspeculative_index, timing,
+    is_first, is_last, is_retraction`` with window bounds and timestamp as epoch
+    milliseconds; the dead letters those of
+    :data:`headwater.model.schema.DEAD_LETTER_METADATA` after the keys, then
+    the input columns.
     """
     if df.isStreaming:
         raise ValueError("compile_bounded needs a bounded DataFrame; this one is streaming")
-    if on_null_event_time not in ("dead_letter", "error"):
-        raise ValueError(
-            f"on_null_event_time must be 'dead_letter' or 'error', got {on_null_event_time!r}"
-        )
-    key_cols = list(key_cols)
-    for c in key_cols:
-        _field(df, c)
-    for _, column in aggregations.values():
-        if column is not None:
-            _field(df, column)
-    _check_names(key_cols, aggregations)
-    window_fn = strategy.window_fn
-    tc = strategy.timestamp_combiner
-    if tc == TimestampCombiner.EARLIEST_TRANSFORMED and (
-        type(window_fn).output_time is not WindowFn.output_time
-    ):
-        raise NotImplementedError(
-            f"{type(window_fn).__name__} transforms output times (EARLIEST_TRANSFORMED), "
-            "which a Spark batch plan cannot evaluate without a Python UDF"
-        )
-
-    ts = event_time_millis(df, event_time_col)
-    if on_null_event_time == "error":
-        ts = F.when(
-            ts.isNull(),
-            F.raise_error(
-                F.lit(
-                    f"headwater: null event time in column {event_time_col!r} "
-                    "(pass on_null_event_time='dead_letter' to route such rows aside)"
-                )
-            ),
-        ).otherwise(ts)
+    key_cols = list(plan.keys)
+    out_types = {a.name: to_spark(a.output_type) for a in plan.aggregations}
+    ts = event_time_millis(df, plan.event_time)
+    erroring = plan.on_null_event_time == NullEventTime.ERROR
+    if erroring:
+        message = str(null_event_time_error(plan.event_time))
+        ts = F.when(ts.isNull(), F.raise_error(F.lit(message))).otherwise(ts)
     with_ts = df.withColumn(_TS, ts)
     # With "error" every row passes or the query fails: no filter that the optimizer
     # could move in front of raise_error.
-    valid = with_ts if on_null_event_time == "error" else with_ts.where(F.col(_TS).isNotNull())
+    valid = with_ts if erroring else with_ts.where(F.col(_TS).isNotNull())
 
-    dead = with_ts.where(F.col(_TS).isNull()).drop(_TS).withColumn("reason", F.lit(NULL_EVENT_TIME))
-    if type(window_fn) is SlidingWindows and window_fn.period > window_fn.size:
-        gap = valid.where(
-            F.pmod(F.col(_TS) - F.lit(window_fn.offset), F.lit(window_fn.period))
-            >= F.lit(window_fn.size)
-        )
-        dead = dead.unionByName(gap.drop(_TS).withColumn("reason", F.lit(NO_WINDOW)))
+    window_fn = plan.windowing.window_fn
+    dead = _dead_letters(with_ts.where(F.col(_TS).isNull()), plan, NULL_EVENT_TIME)
+    native_wf = WINDOWS.get(type(window_fn))
+    if native_wf is not None:
+        no_window = native_wf.no_window(valid, window_fn) if native_wf.no_window else None
+    else:
+        no_window = _model_no_window(valid, window_fn)
+    if no_window is not None:
+        dead = dead.unionByName(_dead_letters(no_window, plan, NO_WINDOW))
 
     # Only the columns the aggregation reads cross the shuffle.
-    needed = list(
-        dict.fromkeys([*key_cols, _TS, *(c for _, c in aggregations.values() if c is not None)])
-    )
-    valid = valid.select(*needed)
-
-    agg_exprs = [
-        spark_aggregate(fn, column, _field(df, column).dataType if column else None).alias(name)
-        for name, (fn, column) in aggregations.items()
-    ]
-    if tc in (TimestampCombiner.EARLIEST, TimestampCombiner.EARLIEST_TRANSFORMED):
-        agg_exprs.append(F.min(_TS).alias(_MIN_TS))
-    elif tc == TimestampCombiner.LATEST:
-        agg_exprs.append(F.max(_TS).alias(_MAX_TS))
-
-    if type(window_fn) is Sessions:
-        grouped = _sessions(valid, key_cols, window_fn.gap, agg_exprs)
-    elif type(window_fn) is ValidityWindows:
-        grouped = _validity(valid, key_cols, agg_exprs)
-    else:
-        windowed = _assign_windows(valid, window_fn)
-        if type(window_fn) in (FixedWindows, SlidingWindows):
-            # The end follows from the start: group (and shuffle) by the start alone.
-            grouped = (
-                windowed.groupBy(*key_cols, _START)
-                .agg(*agg_exprs)
-                .withColumn(_END, F.col(_START) + F.lit(window_fn.size))
-            )
-        else:
-            grouped = windowed.groupBy(*key_cols, _START, _END).agg(*agg_exprs)
-
-    if tc in (TimestampCombiner.EARLIEST, TimestampCombiner.EARLIEST_TRANSFORMED):
-        timestamp = F.col(_MIN_TS)
-    elif tc == TimestampCombiner.LATEST:
-        timestamp = F.col(_MAX_TS)
-    else:
-        timestamp = F.col(_END) - F.lit(1)
+    valid = valid.select(*dict.fromkeys([*key_cols, _TS, *plan.input_columns]))
+    try:
+        grouped, timestamp = _native_plan(df, valid, plan)
+    except Unsupported:
+        # Spark expressions cannot say it: run the model's own code per key.
+        panes = _model_plan(valid, plan, out_types)
+        return BoundedPlan(panes=panes, dead_letters=dead)
     panes = grouped.select(
         *[F.col(c) for c in key_cols],
         F.col(_START).alias("window_start"),
         F.col(_END).alias("window_end"),
-        *[F.col(name) for name in aggregations],
+        *[F.col(a.name) for a in plan.aggregations],
         *_final_pane_columns(timestamp),
     )
     return BoundedPlan(panes=panes, dead_letters=dead)
+
+
+def _dead_letters(rows: DataFrame, plan: WindowedAggregationPlan, reason: str) -> DataFrame:
+    """Rows no window received, in the dead-letter schema (no window: null bounds)."""
+    no_bound = F.lit(None).cast("long")
+    return rows.select(
+        *[F.col(k) for k in plan.keys],
+        no_bound.alias("window_start"),
+        no_bound.alias("window_end"),
+        F.col(plan.event_time).alias("event_time"),
+        F.lit(reason).alias("reason"),
+        F.lit(1).cast("long").alias("elements"),
+        *[F.col(c) for c in plan.input_columns],
+    )
+
+
+def _native_plan(df, valid, plan: WindowedAggregationPlan):
+    """The windows aggregated by Spark expressions alone, and the pane timestamp
+    column; raises :class:`Unsupported` if some part has no native form."""
+    window_fn = plan.windowing.window_fn
+    native_wf = native_windows(window_fn)
+    tc = plan.windowing.timestamp_combiner
+    if tc == TimestampCombiner.EARLIEST_TRANSFORMED and (
+        type(window_fn).output_time is not WindowFn.output_time
+    ):
+        # The transformed output time is the window function's own Python code.
+        raise Unsupported("window function", window_fn, [])
+    agg_exprs = [
+        spark_aggregate(a, _field(df, a.column).dataType if a.column else None).alias(a.name)
+        for a in plan.aggregations
+    ]
+    if tc in (TimestampCombiner.EARLIEST, TimestampCombiner.EARLIEST_TRANSFORMED):
+        agg_exprs.append(F.min(_TS).alias(_MIN_TS))
+        timestamp = F.col(_MIN_TS)
+    elif tc == TimestampCombiner.LATEST:
+        agg_exprs.append(F.max(_TS).alias(_MAX_TS))
+        timestamp = F.col(_MAX_TS)
+    else:
+        timestamp = F.col(_END) - F.lit(1)
+    return native_wf.plan(valid, window_fn, list(plan.keys), agg_exprs), timestamp
+
+
+# ------------------------------------------------------- the model in a UDF
+_ALL = "__hw_all"  # the one group of an aggregation without key columns
+
+
+def _model_plan(
+    valid: DataFrame, plan: WindowedAggregationPlan, out_types: Mapping[str, T.DataType]
+) -> DataFrame:
+    """The panes computed by the core itself, one key per group of a grouped pandas
+    UDF (``applyInPandas``): exactly the bounded semantics of the module docstring,
+    as one :meth:`Reducer.step` with the watermark at +inf (what the local runner
+    does). For user combiners and window functions; output types come from
+    :meth:`CombineFn.output_type`."""
+    import numpy as np
+    import pandas as pd
+
+    from headwater.model.reducer import Reducer
+    from headwater.model.time import MAX_TIMESTAMP
+
+    key_cols = list(plan.keys)
+    strategy = plan.windowing
+    groups = list(key_cols)
+    if not groups:
+        valid = valid.withColumn(_ALL, F.lit(0))
+        groups = [_ALL]
+    key_fields = [_field(valid, k) for k in groups]
+    schema = T.StructType(
+        [
+            *[T.StructField(f.name, f.dataType) for f in key_fields],
+            T.StructField("window_start", T.LongType()),
+            T.StructField("window_end", T.LongType()),
+            *[T.StructField(name, t) for name, t in out_types.items()],
+            *[T.StructField(f.name, to_spark(f.type)) for f in _PANE_METADATA],
+        ]
+    )
+    value_cols = list(plan.input_columns)
+    aggs = plan.core_aggregations
+
+    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        n = len(pdf)
+        reducer = Reducer(strategy, aggs)
+        values = pdf[value_cols].reset_index(drop=True) if value_cols else None
+        ts = pdf[_TS].to_numpy(np.int64)
+        panes = reducer.step(np.zeros(n, dtype=np.int64), ts, values, watermark=MAX_TIMESTAMP).panes
+        m = len(panes)
+        out = {k: [pdf[k].iloc[0]] * m for k in groups}
+        out["window_start"] = panes["window_start"].to_numpy(np.int64)
+        out["window_end"] = panes["window_end"].to_numpy(np.int64)
+        for name, t in out_types.items():
+            out[name] = to_spark_pandas(panes[name], t)
+        for name in PANE_COLUMNS:
+            out[name] = panes[name].to_numpy()
+        return pd.DataFrame(out, index=range(m))
+
+    panes = valid.groupBy(*groups).applyInPandas(run, schema)
+    return panes.drop(_ALL) if not key_cols else panes
+
+
+def _model_no_window(valid: DataFrame, window_fn: WindowFn) -> DataFrame:
+    """Rows to which a user window function assigns no window (its own ``assign``,
+    per pandas batch; evaluated only when the dead letters are read)."""
+    import numpy as np
+
+    def lost(batches):
+        for pdf in batches:
+            ts = pdf[_TS].to_numpy(np.int64)
+            rows = np.asarray(window_fn.assign(ts)[0], dtype=np.int64)
+            yield pdf[np.bincount(rows, minlength=len(ts)) == 0]
+
+    return valid.mapInPandas(lost, valid.schema)
+
+
+#: The pane metadata in epoch milliseconds (the API turns times into timestamps).
+_PANE_METADATA = tuple(
+    Field(f.name, INT64) if f.type == TIMESTAMP else f for f in schema.PANE_METADATA
+)
 
 
 def _final_pane_columns(timestamp: Column) -> list[Column]:
@@ -435,17 +603,6 @@ def _validity(df: DataFrame, key_cols: Sequence[str], agg_exprs: list[Column]):
     return grouped.withColumn(_END, F.coalesce(nxt, F.lit(GLOBAL_WINDOW_END)))
 
 
-def _check_names(key_cols: Sequence[str], aggregations: Aggregations) -> None:
-    reserved = {"window_start", "window_end", *PANE_COLUMNS}
-    seen: set[str] = set()
-    for name in [*key_cols, *aggregations]:
-        if name in reserved:
-            raise ValueError(
-                f"{name!r} is an output column of a windowed aggregation; "
-                "rename the key or aggregation"
-            )
-        if name.startswith("__hw_"):
-            raise ValueError(f"column names starting with '__hw_' are reserved: {name!r}")
-        if name in seen:
-            raise ValueError(f"duplicate output column {name!r}")
-        seen.add(name)
+#: What the bounded runner executes: a bounded input's watermark is perfect (the
+#: input is complete), so no strategy is needed; outputs need Spark types.
+CAPABILITIES = Capabilities("Spark batch", watermarks=(), output_types_known=True)

@@ -4,7 +4,7 @@ This module imports only PySpark's streaming API. Spark starts a fresh Python
 process on the driver at every query start to run the processor's ``init``
 (to learn its state schemas); keeping pandas, pyarrow and the core out of
 that process saves about 0.3 s per query start. The runner's logic
-(:class:`headwater.runners.spark.streaming.ShardLogic`) and its plan (pickled
+(:class:`headwater.runners.spark.shard_logic.ShardLogic`) and its plan (pickled
 with cloudpickle, so user combiners defined in ``__main__`` travel too) are
 loaded on first use, in the executors' reused Python workers.
 """
@@ -34,7 +34,7 @@ class ShardProcessor(StatefulProcessor):
 
     def _impl(self) -> Any:
         if self._logic is None:
-            from headwater.runners.spark.streaming import ShardLogic
+            from headwater.runners.spark.shard_logic import ShardLogic
 
             self._logic = ShardLogic(pickle.loads(self.plan_blob), self.handle, self.state)
         return self._logic

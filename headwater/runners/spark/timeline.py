@@ -22,8 +22,8 @@ import pandas as pd
 
 from headwater.io.replay import read_replay, write_timeline
 from headwater.model.reducer import Aggregations, Emission
+from headwater.model.steps import Bundle, ClockAdvance, MicroBatch, Step, WatermarkAdvance
 from headwater.model.strategy import WindowingStrategy
-from headwater.runners.local import Bundle, ClockAdvance, Step, WatermarkAdvance
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -83,19 +83,33 @@ def timeline_steps(steps: Sequence[Step]) -> tuple[list[dict], dict[str, str], s
     all_keys: list[Any] = []
     columns: dict[str, list[Any]] = {}
     bundles: list[tuple[list, list, dict[str, list]]] = []
+
+    def bundle_index(step: Bundle) -> int:
+        if isinstance(step.values, pd.DataFrame):
+            vals = {c: list(step.values[c]) for c in step.values.columns}
+        elif step.values is None:
+            vals = {}
+        else:
+            vals = {"value": list(step.values)}
+        for c, v in vals.items():
+            columns.setdefault(c, []).extend(v)
+        all_keys.extend(step.keys)
+        bundles.append((list(step.keys), list(step.timestamps), vals))
+        return len(bundles) - 1
+
     for step in steps:
-        if isinstance(step, Bundle):
-            if isinstance(step.values, pd.DataFrame):
-                vals = {c: list(step.values[c]) for c in step.values.columns}
-            elif step.values is None:
-                vals = {}
-            else:
-                vals = {"value": list(step.values)}
-            for c, v in vals.items():
-                columns.setdefault(c, []).extend(v)
-            all_keys.extend(step.keys)
-            bundles.append((list(step.keys), list(step.timestamps), vals))
-            out.append({"proc_ms": now, "rows": len(bundles) - 1})
+        if isinstance(step, MicroBatch):
+            now = max(now, int(step.now)) if step.now is not None else now
+            replay: dict[str, Any] = {"proc_ms": now, "timers": step.fire_timers}
+            if step.watermark is not None:
+                replay["watermark_ms"] = int(step.watermark)
+            if step.rows is not None:
+                replay["rows"] = bundle_index(step.rows)
+            if step.arrival_watermark is not None:
+                raise ValueError("a replay carries its watermark after the rows (punctuated)")
+            out.append(replay)
+        elif isinstance(step, Bundle):
+            out.append({"proc_ms": now, "rows": bundle_index(step)})
         elif isinstance(step, WatermarkAdvance):
             out.append({"proc_ms": now, "watermark_ms": int(step.watermark)})
         elif isinstance(step, ClockAdvance):
@@ -140,7 +154,7 @@ def run_timeline(
     one, exactly as the local runner reports them (with ``lift``, a dropped row
     is a partial aggregate with an ``elements`` count).
     """
-    from headwater.runners.spark.streaming import run_streaming
+    from headwater.runners.spark.streaming import run_streaming, state_store_for
 
     spark = spark or spark_session()
     replay_steps, types, key_type = timeline_steps(steps)
@@ -175,12 +189,13 @@ def run_timeline(
         def collect(batch, batch_id: int) -> None:
             batches[batch_id] = batch.toPandas()
 
-        query = (
+        writer = (
             out.writeStream.foreachBatch(collect)
             .option("checkpointLocation", os.path.join(work, "checkpoint"))
             .trigger(availableNow=True)
-            .start()
         )
+        with state_store_for(spark):
+            query = writer.start()
         try:
             query.awaitTermination()
         finally:

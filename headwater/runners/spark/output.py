@@ -1,0 +1,122 @@
+"""The streaming runner's output: one DataFrame of panes and dead letters.
+
+Column ``kind`` is ``'pane'`` or ``'dropped'``::
+
+    kind, <key columns>, window_start, window_end, <aggregations> | values,
+    timestamp, pane_index, nonspeculative_index, timing, is_first, is_last,
+    is_retraction, dropped STRUCT<reason, elements, <input columns>>
+
+For a dropped element ``timestamp`` is its event time and the pane columns are
+null; ``elements`` is 1, or with combiner lifting the number of elements of
+the dropped partial aggregate (whose columns are then ``sum_<col>``,
+``min_<col>``, ``max_<col>``, ``count_<col>``). :func:`panes` and
+:func:`dead_letters` split it (or one of its micro-batches) into the pane and
+dead-letter schemas of :mod:`headwater.model.schema`; :func:`observe_counts`
+adds named metrics (panes, dropped elements) to the query progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from headwater.model.schema import PANE_COLUMNS, PANE_METADATA
+from headwater.model.types import INT64, TIMESTAMP
+from headwater.runners.spark.types import to_spark
+from headwater.runners.spark.worker import DROP, KEY
+
+#: Spark's timestamp range in epoch ms (0001-01-01 .. 9999-12-31T23:59:59.999).
+SPARK_MIN_MS = -62_135_596_800_000
+SPARK_MAX_MS = 253_402_300_799_999
+
+#: The operator's pane metadata: times in epoch ms (decoded to timestamps after).
+PANE_FIELDS = tuple(
+    T.StructField(f.name, to_spark(INT64 if f.type == TIMESTAMP else f.type)) for f in PANE_METADATA
+)
+
+
+def ms_to_timestamp(col: Column) -> Column:
+    """Epoch ms as a Spark timestamp; null outside the years 1 to 9999."""
+    return F.when(col.between(SPARK_MIN_MS, SPARK_MAX_MS), F.timestamp_millis(col))
+
+
+def decode(
+    result: DataFrame,
+    keys: Sequence[str],
+    key_fields: Sequence[T.StructField],
+    raw_key: bool,
+    aggregations: Sequence[str],
+    input_cols: Sequence[str],
+    timestamps: str,
+) -> DataFrame:
+    """The operator's rows as the runner's output: keys, times and dead letters decoded."""
+    if raw_key:
+        key_cols = [F.col(KEY).alias(keys[0])]
+    else:
+        struct_type = T.StructType([T.StructField(f.name, f.dataType) for f in key_fields])
+        parsed = F.from_json(F.col(KEY), struct_type)
+        key_cols = [parsed.getField(k).alias(k) for k in keys]
+
+    def ts(name: str) -> Column:
+        if timestamps == "timestamp":
+            return ms_to_timestamp(F.col(name)).alias(name)
+        return F.col(name)
+
+    dropped = F.when(
+        F.col("kind") == "dropped",
+        F.struct(
+            F.col("reason").alias("reason"),
+            F.col(DROP + "elements").alias("elements"),
+            *[F.col(DROP + c).alias(c) for c in input_cols],
+        ),
+    ).alias("dropped")
+    return result.select(
+        F.col("kind"),
+        *key_cols,
+        ts("window_start"),
+        ts("window_end"),
+        *[F.col(name) for name in aggregations],
+        ts("timestamp"),
+        *[F.col(n) for n in PANE_COLUMNS[1:]],
+        dropped,
+    )
+
+
+def panes(df: DataFrame) -> DataFrame:
+    """The pane rows of the runner's output (or of one of its micro-batches)."""
+    return df.where(F.col("kind") == "pane").drop("kind", "dropped")
+
+
+def dead_letters(df: DataFrame) -> DataFrame:
+    """The dropped elements: key columns, window, ``event_time``, reason,
+    ``elements`` (1; with combiner lifting the number of elements of the
+    partial aggregate) and the input columns the aggregations read (lifted:
+    the partial aggregates, named ``sum_<col>``, ``max_<col>``...)."""
+    meta = {"kind", "dropped", "window_start", "window_end", *PANE_COLUMNS}
+    dropped_fields = df.schema["dropped"].dataType.fieldNames()
+    data_cols = [c for c in df.columns if c not in meta]
+    # key columns come first in the output; aggregation outputs follow the window
+    key_cols = data_cols[: df.columns.index("window_start") - 1]
+    return df.where(F.col("kind") == "dropped").select(
+        *key_cols,
+        "window_start",
+        "window_end",
+        F.col("timestamp").alias("event_time"),
+        *[F.col("dropped").getField(f).alias(f) for f in dropped_fields],
+    )
+
+
+def observe_counts(df: DataFrame, name: str = "headwater") -> DataFrame:
+    """``df`` with named metrics ``panes`` and ``dropped`` (elements dropped as
+    late or closed), reported in ``StreamingQueryProgress.observedMetrics``."""
+    return df.observe(
+        name,
+        F.count(F.when(F.col("kind") == "pane", 1)).alias("panes"),
+        F.coalesce(F.sum(F.col("dropped.elements")), F.lit(0)).alias("dropped"),
+    )
+
+
+__all__ = ["decode", "dead_letters", "ms_to_timestamp", "observe_counts", "panes"]

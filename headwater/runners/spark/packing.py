@@ -1,0 +1,274 @@
+"""Packing a micro-batch for the stateful operator, and combiner lifting.
+
+Per input partition, rows are grouped by shard and each shard's rows become
+*one* row holding an Arrow IPC stream (:class:`Packer`, a ``mapInArrow``
+function). PySpark 4.3 feeds ``transformWithStateInPandas`` through a Python
+loop per input row; packing makes that a loop per packet (a few per shard per
+batch) and keeps the data columnar from the source to the reducer. Control
+("tick") rows of a replay are copied into the packet of every shard, so a
+step without data still reaches every shard and fires its timers.
+
+Combiner lifting (when valid, see :func:`lifting`): the packer also
+pre-aggregates its rows per (shard, key, window slice) with Arrow's
+``group_by`` (sum / min / max / non-null count, plus an element count), so the
+shuffle and the reducer see partial aggregates. A streaming
+``groupBy().agg()`` would be a *stateful* Spark aggregation, so the stateless
+per-batch partial aggregation has to happen in the packer.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from headwater.model import combiners as C
+from headwater.model import windows as W
+from headwater.model.panes import TimestampCombiner
+from headwater.model.strategy import WindowingStrategy
+from headwater.model.triggers import AfterCount, Trigger
+from headwater.runners.spark.worker import (
+    CONTROL_KINDS,
+    KEY,
+    KIND,
+    PROC,
+    SHARD,
+    TS,
+    WM,
+    Lift,
+    N,
+    Output,
+    Partial,
+    WorkerPlan,
+    profiled,
+)
+
+Aggregations = Mapping[str, tuple[C.CombineFn, str | None]]
+
+# ------------------------------------------------------------------ lifting
+
+#: Window functions whose elements fall in windows by fixed *slices* of time:
+#: class -> (slice size, slice offset) in ms (size 0: one slice, everything).
+SLICES: dict[type[W.WindowFn], Callable[[W.WindowFn], tuple[int, int]]] = {
+    W.FixedWindows: lambda wf: (wf.size, wf.offset),
+    W.SlidingWindows: lambda wf: (math.gcd(wf.size, wf.period), wf.offset),
+    W.GlobalWindows: lambda wf: (0, 0),
+}
+
+#: Combiners whose partial aggregates merge into the same result: class -> the
+#: partials (``how`` of the input column) it needs.
+PARTIALS: dict[type[C.CombineFn], Callable[[C.CombineFn], tuple[str, ...]]] = {
+    # The non-null count tells an all-null slice (NULL) from a sum of 0.
+    C.Sum: lambda fn: ("sum", "count"),
+    C.Mean: lambda fn: ("sum", "count"),
+    C.Min: lambda fn: ("min",),
+    C.Max: lambda fn: ("max",),
+    C.Count: lambda fn: ("count",) if fn.skip_nulls else (),
+}
+
+
+def _has_element_counts(trigger: Trigger) -> bool:
+    if isinstance(trigger, AfterCount):
+        return True
+    return any(_has_element_counts(child) for child, _ in trigger.child_paths(""))
+
+
+def lifting(
+    strategy: WindowingStrategy, aggregations: Aggregations, schema: T.StructType
+) -> Lift | None:
+    """The combiner-lifting plan, or None when lifting would change the panes.
+
+    Valid when (1) every aggregation's combiner is in :data:`PARTIALS` (of a
+    numeric column): partial aggregates merge into the same result; (2) the
+    window function is in :data:`SLICES`: all elements of one *slice* (Fixed:
+    the window; Sliding: a ``gcd(size, period)`` interval; Global: everything)
+    belong to the same windows, so one partial per (key, slice) lands in
+    exactly the windows its elements would; sessions merge per element and are
+    never lifted; (3) the timestamp combiner is end of window (holds of
+    earliest/latest depend on each element and the watermark); (4) the trigger
+    has no ``AfterCount``: element counts are the only per-element trigger
+    input. Everything else is per bundle: a micro-batch is one bundle, all its
+    elements arrive at the same processing time, and lateness (window end +
+    allowed lateness <= watermark) is the same for all elements of a window.
+    """
+    slicer = SLICES.get(type(strategy.window_fn))
+    if slicer is None:
+        return None
+    if strategy.timestamp_combiner != TimestampCombiner.END_OF_WINDOW:
+        return None
+    if _has_element_counts(strategy.trigger):
+        return None
+    partials: dict[str, Partial] = {}
+    for fn, col in aggregations.values():
+        needs = PARTIALS.get(type(fn))
+        if needs is None:
+            return None
+        hows = needs(fn)
+        if not hows:
+            continue  # count(): the element count of every lifted row
+        if col is None or not isinstance(schema[col].dataType, T.NumericType):
+            return None
+        for how in hows:
+            partials.setdefault(f"{how}_{col}", Partial(f"{how}_{col}", col, how))
+    size, offset = slicer(strategy.window_fn)
+    return Lift(size, offset, tuple(partials.values()))
+
+
+def lifted_aggregations(aggs: Aggregations, lifted: Lift, schema: T.StructType):
+    """Reducer aggregations over partial columns, output recipes, dead-letter columns."""
+    reducer: dict[str, tuple[C.CombineFn, str | None]] = {}
+    outputs: list[Output] = []
+    for name, (fn, col) in aggs.items():
+        if isinstance(fn, C.Count):
+            # Partial counts are never null: their Sum is the count (0, not NULL).
+            reducer[name] = (C.Sum(), f"count_{col}" if fn.skip_nulls and col else N)
+            outputs.append(Output(name, "direct", name))
+        elif isinstance(fn, (C.Mean, C.Sum)):
+            # Sum and non-null count partials; "sum": NULL where the count is 0.
+            s_name, c_name = f"__hw_sum_{name}", f"__hw_count_{name}"
+            reducer[s_name] = (C.Sum(), f"sum_{col}")
+            reducer[c_name] = (C.Sum(), f"count_{col}")
+            how = "mean" if isinstance(fn, C.Mean) else "sum"
+            outputs.append(Output(name, how, s_name, c_name))
+        else:
+            reducer[name] = (type(fn)(), f"{fn.name}_{col}")
+            outputs.append(Output(name, "direct", name))
+    drop_types: dict[str, T.DataType] = {}
+    for p in lifted.partials:
+        in_type = schema[p.source].dataType
+        if p.how == "count":
+            drop_types[p.column] = T.LongType()
+        elif p.how == "sum":
+            integral = isinstance(in_type, T.IntegralType)
+            drop_types[p.column] = T.LongType() if integral else T.DoubleType()
+        else:
+            drop_types[p.column] = in_type
+    return reducer, outputs, drop_types
+
+
+# ------------------------------------------------------------------ packing
+
+
+class Packer:
+    """``mapInArrow`` function: one Arrow IPC packet per shard and input partition."""
+
+    def __init__(self, plan: WorkerPlan) -> None:
+        self.plan = plan
+
+    def __call__(self, batches):
+        buffered: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            buffered.append(batch)
+            rows += batch.num_rows
+            if rows >= self.plan.max_packet_rows:
+                yield profiled("pack", self._packets, buffered)
+                buffered, rows = [], 0
+        if buffered:
+            yield profiled("pack", self._packets, buffered)
+
+    def _packets(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+        table = pa.Table.from_batches(batches)
+        ticks = None
+        if self.plan.has_kind:
+            is_tick = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
+            if pc.any(is_tick).as_py():
+                ticks = table.filter(is_tick).drop_columns([SHARD])
+                table = table.filter(pc.invert(is_tick))
+        if self.plan.lift is not None:
+            table = self._lift(table)
+            if ticks is not None:
+                ticks = _conform(ticks, table.schema.remove(0))
+        shard = table[SHARD].to_numpy()
+        order = np.argsort(shard, kind="stable")
+        table = table.take(pa.array(order)).drop_columns([SHARD])
+        ids, starts, counts = np.unique(shard[order], return_index=True, return_counts=True)
+        parts: dict[int, pa.Table] = {
+            int(s): table.slice(int(b), int(c)) for s, b, c in zip(ids, starts, counts, strict=True)
+        }
+        if ticks is not None:
+            # Control rows reach every shard (possibly as the packet's only rows).
+            for s in self.plan.shard_ids:
+                part = parts.get(s)
+                parts[s] = ticks if part is None else pa.concat_tables([part, ticks])
+        out_shards, out_n, out_payload = [], [], []
+        for s, part in parts.items():
+            sink = io.BytesIO()
+            with pa.ipc.new_stream(sink, part.schema) as writer:
+                writer.write_table(part)
+            out_shards.append(s)
+            out_n.append(part.num_rows)
+            out_payload.append(sink.getvalue())
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(out_shards, pa.int32()),
+                pa.array(out_n, pa.int64()),
+                pa.array(out_payload, pa.binary()),
+            ],
+            names=["shard", "n", "payload"],
+        )
+
+    def _lift(self, table: pa.Table) -> pa.Table:
+        """Pre-aggregate data rows per (shard, key, window slice)."""
+        lift = self.plan.lift
+        assert lift is not None
+        # A null event time has a null slice: its rows pre-aggregate apart, and the
+        # shard turns them into dead letters (reason null_event_time).
+        null_ts = pc.is_null(table[TS]).to_numpy(zero_copy_only=False)
+        ts = pc.fill_null(table[TS], 0).to_numpy(zero_copy_only=False)
+        if lift.slice_size:
+            slice_start = ts - np.mod(ts - lift.slice_offset, lift.slice_size)
+        else:
+            slice_start = np.zeros(len(ts), dtype=np.int64)
+        slices = pa.array(slice_start, pa.int64(), mask=null_ts if null_ts.any() else None)
+        table = table.append_column("__hw_slice", slices)
+        sum_opts = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
+        specs: list[tuple] = [(TS, "min")]
+        for p in lift.partials:
+            if p.how == "sum":
+                specs.append((p.source, "sum", sum_opts))
+            elif p.how == "count":
+                specs.append((p.source, "count", pc.CountOptions(mode="only_valid")))
+            else:
+                specs.append((p.source, p.how))
+        specs.append(([], "count_all"))
+        extra = [c for c in (KIND, WM, PROC) if c in table.column_names]
+        specs += [(c, "max") for c in extra]
+        grouped = table.group_by([SHARD, KEY, "__hw_slice"], use_threads=False).aggregate(specs)
+        names = [TS] + [p.column for p in lift.partials] + [N] + extra
+        sources = [f"{TS}_min"]
+        sources += [f"{p.source}_{p.how}" for p in lift.partials]
+        sources += ["count_all"] + [f"{c}_max" for c in extra]
+        columns = [grouped[SHARD], grouped[KEY]] + [grouped[c] for c in sources]
+        return pa.table(columns, names=[SHARD, KEY, *names])
+
+
+def _conform(ticks: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Control rows in the (lifted) packet schema: nulls, zero elements."""
+    n = ticks.num_rows
+    cols = []
+    for field in schema:
+        if field.name in ticks.column_names and field.name != TS:
+            cols.append(ticks[field.name].cast(field.type))
+        elif field.name == N:
+            cols.append(pa.array(np.zeros(n, dtype=np.int64)))
+        else:
+            cols.append(pa.nulls(n, field.type))
+    return pa.table(cols, schema=schema)
+
+
+def unpack(frames) -> pa.Table | None:
+    tables = []
+    for pdf in frames:
+        for payload in pdf["payload"]:
+            tables.append(pa.ipc.open_stream(payload).read_all())
+    if not tables:
+        return None
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -1,0 +1,230 @@
+"""One shard's step per micro-batch, inside ``transformWithStateInPandas``.
+
+Grouped by shard, per micro-batch the handler reads ONE ``ValueState`` (the
+shard's reducer, in the versioned state format of
+:mod:`headwater.model.state`), turns its packets into one model step
+(:class:`~headwater.model.steps.MicroBatch`) applied by
+:func:`~headwater.model.steps.apply_step`, writes the state once and moves its
+one event-time timer if needed: 2 to 4 state calls per shard per batch, never
+one per key or window. The processor class lives in ``processor.py``, which
+imports no pandas (Spark runs its ``init`` in a fresh driver process at every
+query start) and loads this module on first use.
+
+Each shard keeps one event-time timer at its reducer's ``next_event_time()``
+(next window end or collection time), so a shard with no new rows still fires
+its ON_TIME and final panes once Spark's watermark passes; Spark runs a
+no-data micro-batch for that. A shard with pending processing-time timers also
+wakes whenever the watermark moves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.streaming.stateful_processor import TimerValues
+
+from headwater.model.reducer import Emission, Reducer
+from headwater.model.schema import PANE_COLUMNS, DropReason
+from headwater.model.steps import Bundle, MicroBatch, apply_step
+from headwater.runners.spark.packing import unpack
+from headwater.runners.spark.types import to_spark_pandas
+from headwater.runners.spark.worker import (
+    CONTROL_KINDS,
+    DROP,
+    KEY,
+    KIND,
+    PROC,
+    TS,
+    WM,
+    N,
+    WorkerPlan,
+    profiled,
+)
+
+
+class ShardLogic:
+    """One shard's step per micro-batch: load the Reducer, apply the bundle and the
+    watermark / clock advances, save it, move the timer, emit (see ``processor.py``)."""
+
+    def __init__(self, plan: WorkerPlan, handle: Any, state: Any) -> None:
+        self.plan = plan
+        self.handle = handle
+        self.state = state
+
+    def input_rows(self, rows, tv: TimerValues):
+        table = profiled("unpack", unpack, rows)
+        yield from profiled("step", self._step, table, tv, None)
+
+    def expired(self, tv: TimerValues, expired: int):
+        yield from profiled("step", self._step, None, tv, expired)
+
+    # -- one step of one shard
+    def _step(self, table: pa.Table | None, tv: TimerValues, expired: int | None):
+        batch, nulls = self._micro_batch(table, tv)
+        stored = self.state.get()
+        blob, timer = (bytes(stored[0]), int(stored[1])) if stored is not None else (None, -1)
+        reducer = Reducer.restore(self.plan.strategy, self.plan.aggregations, blob)
+        emission = apply_step(reducer, batch)
+        wm = batch.watermark if batch.watermark is not None else batch.arrival_watermark
+        self.state.update((reducer.snapshot(), self._move_timer(reducer, wm, timer, expired)))
+        return self._output([emission, Emission(emission.panes.iloc[:0], nulls)])
+
+    def _micro_batch(self, table: pa.Table | None, tv: TimerValues):
+        """This shard's part of the micro-batch as one model step, and the rows
+        with a null event time (dead letters)."""
+        plan = self.plan
+        data = table
+        wm: int | None = None
+        proc: int | None = None
+        fire_timers = not plan.has_kind  # a replay marks the steps that fire timers
+        if table is not None:
+            if plan.has_kind:
+                control = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
+                data = table.filter(pc.invert(control))
+                fire_timers = bool(pc.any(pc.equal(table[KIND], "clock")).as_py())
+            if plan.punctuated:
+                m = pc.max(table[WM]).as_py()
+                wm = None if m is None else int(m)
+            if plan.has_proc:
+                m = pc.max(table[PROC]).as_py()
+                proc = None if m is None else int(m)
+        if proc is None:
+            proc = int(tv.getCurrentProcessingTimeInMs())
+        arrival_wm = None
+        if not plan.punctuated:
+            # Spark's watermark predates this batch's rows: it is their arrival watermark
+            # (Spark's "no watermark yet" is 0).
+            spark_wm = int(tv.getCurrentWatermarkInMs())
+            arrival_wm = spark_wm if spark_wm > 0 else None
+        nulls = pd.DataFrame()
+        rows = None
+        if data is not None and data.num_rows:
+            null_ts = pc.is_null(data[TS])
+            if pc.any(null_ts).as_py():
+                nulls = self._null_letters(data.filter(null_ts))
+                data = data.filter(pc.invert(null_ts))
+        if data is not None and data.num_rows:
+            keys = data[KEY].to_numpy(zero_copy_only=False)
+            ts = data[TS].to_numpy(zero_copy_only=False)
+            values = data.select(list(plan.input_cols)).to_pandas() if plan.input_cols else None
+            if plan.needs_dummy:
+                # Combiners without an input column (Count) read the reducer's
+                # default column; give it one of the bundle's length.
+                values = pd.DataFrame(index=range(data.num_rows)) if values is None else values
+                values["value"] = np.zeros(data.num_rows, dtype=np.int8)
+            rows = Bundle(keys, ts, values)
+        batch = MicroBatch(
+            rows, watermark=wm, now=proc, fire_timers=fire_timers, arrival_watermark=arrival_wm
+        )
+        return batch, nulls
+
+    def _null_letters(self, rows: pa.Table) -> pd.DataFrame:
+        """Dead letters of rows whose event time is null (reason ``null_event_time``)."""
+        frame = rows.select([c for c in self.plan.input_cols if c in rows.column_names])
+        out = frame.to_pandas()
+        out.insert(0, "key", rows[KEY].to_numpy(zero_copy_only=False))
+        out.insert(1, "timestamp", pd.array([None] * rows.num_rows, dtype="Int64"))
+        out.insert(2, "window_start", pd.array([None] * rows.num_rows, dtype="Int64"))
+        out.insert(3, "window_end", pd.array([None] * rows.num_rows, dtype="Int64"))
+        out.insert(4, "reason", DropReason.NULL_EVENT_TIME.value)
+        return out
+
+    def _move_timer(self, reducer: Reducer, wm: int | None, timer: int, expired: int | None):
+        """Keep one event-time timer per shard at the next time the watermark matters."""
+        if self.plan.punctuated:
+            return -1  # every replay step reaches every shard; Spark's watermark is unused
+        floor = (wm if wm is not None else 0) + 1
+        want = reducer.next_event_time()
+        if reducer.next_timer() is not None:
+            # Pending processing-time timers: wake up whenever the watermark moves.
+            want = floor if want is None else min(want, floor)
+        if want is not None:
+            want = max(int(want), floor)
+        current = -1 if expired is not None and timer == expired else timer
+        if want == current or (want is None and current < 0):
+            return current
+        if current >= 0:
+            self.handle.deleteTimer(current)
+        if want is None:
+            return -1
+        self.handle.registerTimer(want)
+        return want
+
+    def _output(self, parts: list[Emission]) -> list[pd.DataFrame]:
+        """At most two frames (panes, dropped) in the output schema's column order.
+
+        The reducer's frames are concatenated first, while their columns are
+        typed; the all-null columns of the output are added after (concatenating
+        object columns of None makes pandas check every element).
+        """
+        names = [f.name for f in self.plan.out_schema.fields]
+        out = []
+        panes = [em.panes for em in parts if len(em.panes)]
+        if panes:
+            frame = panes[0] if len(panes) == 1 else pd.concat(panes, ignore_index=True)
+            out.append(self._pane_frame(frame)[names])
+        dropped = [em.dropped for em in parts if len(em.dropped)]
+        if dropped:
+            frame = dropped[0] if len(dropped) == 1 else pd.concat(dropped, ignore_index=True)
+            out.append(self._dropped_frame(frame)[names])
+        return out
+
+    def _pane_frame(self, panes: pd.DataFrame) -> pd.DataFrame:
+        plan = self.plan
+        out = pd.DataFrame({"kind": "pane", KEY: panes["key"].to_numpy()})
+        out["window_start"] = panes["window_start"].to_numpy(np.int64)
+        out["window_end"] = panes["window_end"].to_numpy(np.int64)
+        schema = plan.out_schema
+        for output in plan.outputs:
+            name = output.name
+            if output.how in ("mean", "sum"):  # lifted: sum and non-null count partials
+                total = pd.to_numeric(panes[output.column]).to_numpy()
+                count = pd.to_numeric(panes[output.count_column]).to_numpy(np.float64)
+                if output.how == "mean":
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        col = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+                else:
+                    col = pd.array(total)  # exact ints, with NULL where no non-null input
+                    col[count == 0] = pd.NA
+            else:
+                col = panes[output.column]
+            # NULLs of the core (NaN, None) become Spark nulls of the output's type.
+            out[name] = to_spark_pandas(col, schema[name].dataType)
+        for name in PANE_COLUMNS:
+            out[name] = panes[name].to_numpy()
+        out["reason"] = None
+        for f in plan.out_schema.fieldNames():
+            if f.startswith(DROP):
+                out[f] = None
+        return out
+
+    def _dropped_frame(self, dropped: pd.DataFrame) -> pd.DataFrame:
+        plan = self.plan
+        out = pd.DataFrame({"kind": "dropped", KEY: dropped["key"].to_numpy()})
+        out["window_start"] = _longs(dropped["window_start"])
+        out["window_end"] = _longs(dropped["window_end"])
+        for output in plan.outputs:
+            out[output.name] = None
+        out["timestamp"] = _longs(dropped["timestamp"])
+        for name in PANE_COLUMNS[1:]:
+            out[name] = None
+        out["reason"] = dropped["reason"].to_numpy()
+        if plan.lift is not None:
+            out[DROP + "elements"] = dropped[N].to_numpy(np.int64)
+        else:
+            out[DROP + "elements"] = 1
+        for c in plan.input_cols:
+            if c != N:
+                out[DROP + c] = dropped[c].to_numpy()
+        return out
+
+
+def _longs(column: pd.Series):
+    """An int64 column, nullable where it has nulls (a null event time's dead letter)."""
+    if column.isna().any():
+        return pd.array(column, dtype="Int64")
+    return column.to_numpy(np.int64)
