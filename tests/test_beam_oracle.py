@@ -450,7 +450,7 @@ def test_divergence_flags():
     assert "no_gc" not in flags and "processing_time_as_event_time" not in flags
 
 
-# --- Beam behaviours that differ from TRANSCRIPTS.md (KNOWN_DIVERGENCES) ------
+# --- Beam behaviours that differ from docs/semantics.md (KNOWN_DIVERGENCES) ------
 
 FIXED = "FixedWindows(10)"
 

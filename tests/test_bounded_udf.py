@@ -175,7 +175,7 @@ def _bounded(spark, wf, timestamp_combiner="end_of_window"):
 
 
 def _streaming(spark, wf, timestamp_combiner="end_of_window"):
-    from headwater.runners.local import Bundle, WatermarkAdvance
+    from headwater.model.steps import Bundle, WatermarkAdvance
     from headwater.runners.spark.timeline import run_timeline
 
     aggregations = {

@@ -10,9 +10,9 @@ runner and through Beam's streaming BundleBasedDirectRunner
 configuration). Every pane of every step is compared: key, window, values, pane
 index, first, timestamp, timing, nonspeculative index and final.
 
-Beam Python differs from TRANSCRIPTS.md in documented ways: docs/divergences.md,
+Beam Python differs from docs/semantics.md in documented ways: docs/divergences.md,
 one section per divergence, ``D1`` ... ``D16``. The test does not ignore a field
-wholesale: it checks each headwater pane against the rules of TRANSCRIPTS.md
+wholesale: it checks each headwater pane against the rules of docs/semantics.md
 that the translation relies on (rule 1 timing and nonspeculative index, rule 4
 final, pane index, values of the pane's key and window, no element lost), then
 derives the pane Beam must emit, using a precise predicate per divergence:
@@ -226,7 +226,7 @@ def make_window_fn(rng: random.Random) -> str:
 
 
 def make_processing_time_trigger(rng: random.Random) -> str:
-    """The forms Beam Python handles like TRANSCRIPTS.md (not with Sessions:
+    """The forms Beam Python handles like docs/semantics.md (not with Sessions:
     D11; AfterProcessingTime under AfterAny/AfterAll/OrFinally: D9)."""
     apt = f"AfterProcessingTime({rng.randint(1, MAX_DELAY)})"
     return rng.choice(
@@ -559,7 +559,7 @@ def _describe(p: dict | None) -> str:
 def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, probes):
     """Compare headwater's panes with Beam's, step by step (see module docstring).
 
-    Every headwater pane is checked against the TRANSCRIPTS.md rules that the
+    Every headwater pane is checked against the docs/semantics.md rules that the
     translation to Beam's terms relies on (rule 1 timing and nonspeculative
     index, rule 4 final, pane index, values of the key and window, no element
     lost), then translated into the pane Beam must emit and matched with
@@ -707,7 +707,7 @@ def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, 
                     problem(
                         s,
                         f"headwater pane {_describe(hw)}: {f} is {have!r}, the rules "
-                        f"of TRANSCRIPTS.md say {want!r}",
+                        f"of docs/semantics.md say {want!r}",
                     )
             hw_panes[wk] += 1
             hw_nonspec[wk] += not early

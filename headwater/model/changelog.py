@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from headwater.model.combiners import CombineFn
-from headwater.model.reducer import group_ids
+from headwater.model.window_table import group_ids
 
 
 def rollup(changelog: pd.DataFrame, by: list[str], column: str, fn: CombineFn) -> pd.DataFrame:

@@ -12,7 +12,7 @@ argument, what was found, and how to fix it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -25,7 +25,7 @@ from headwater.model.schema import (
 )
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.types import INT64, OBJECT, TIMESTAMP, DataType
-from headwater.model.watermarks import WatermarkStrategy
+from headwater.model.watermarks import Punctuated, WatermarkStrategy
 
 
 class PlanError(ValueError):
@@ -113,11 +113,14 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a runner executes; runners declare one each (``None``: any)."""
+    """What a runner executes beyond what every runner does (any window function
+    and combiner: where an engine cannot express one natively, it runs the
+    model's own code). Each runner declares one."""
 
     runner: str
+    #: the watermark strategies it executes on an unbounded input
     watermarks: tuple[type[WatermarkStrategy], ...]
-    #: output types it can represent (``None``: any, Python objects included)
+    #: whether every output needs an engine type (a Python object output cannot run)
     output_types_known: bool = False
 
 
@@ -135,7 +138,6 @@ class WindowedAggregationPlan:
     bounded: bool
     on_null_event_time: NullEventTime = NullEventTime.DEAD_LETTER
     on_late_data: LateData = LateData.DEAD_LETTER
-    runner: str = field(default="", compare=False)
 
     @property
     def core_aggregations(self) -> dict[str, tuple[CombineFn, str | None]]:
@@ -205,6 +207,15 @@ def build_plan(
             fix="Pass watermark='10 seconds' (bounded out-of-orderness), or "
             "watermark='punctuated' for a source with a watermark_ms column",
         )
+    if isinstance(watermark, Punctuated) and not bounded:
+        wm_type = schema.type_of(watermark.column, role="watermark column")
+        if wm_type not in (INT64, TIMESTAMP):
+            raise PlanError(
+                f"watermark column {watermark.column!r} has type {wm_type}",
+                argument=watermark.column,
+                found=str(wm_type),
+                fix="A punctuated watermark is epoch milliseconds (an integer) or a timestamp",
+            )
     plan = WindowedAggregationPlan(
         schema=schema,
         keys=keys,
@@ -216,7 +227,6 @@ def build_plan(
         bounded=bounded,
         on_null_event_time=_enum(NullEventTime, on_null_event_time, "on_null_event_time"),
         on_late_data=_enum(LateData, on_late_data, "on_late_data"),
-        runner=capabilities.runner if capabilities else "",
     )
     if capabilities is not None:
         _check_runner(plan, capabilities)
@@ -278,7 +288,8 @@ def _aggregate(schema: Schema, name: str, spec: Any, seen: set[str]) -> Aggregat
             f"aggregation {name!r}: the output type of {fn!r} is unknown",
             argument=name,
             found=str(exc),
-            fix="Declare it on the combiner (class attribute `output = hw.types.FLOAT64`)",
+            fix="Declare it on the combiner (class attribute `output = FLOAT64`, a type "
+            "from headwater.model.types)",
         ) from exc
     return Aggregate(name, fn, column, in_type, out_type)
 

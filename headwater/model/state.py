@@ -17,8 +17,9 @@ offset        size    content
 ============  ======  =====================================================
 
 **windows**: one row per live window of the shard, one column per column of
-the reducer's window table (``Reducer._cols``): ``key`` (a code into the keys
-section), ``start``, ``end``, pane bookkeeping (``pending``, ``closed``,
+the reducer's window table (``WindowTable.cols``; the names are spelled in
+:mod:`headwater.model.window_table`): ``key`` (a code into the keys section),
+``start``, ``end``, pane bookkeeping (``pending``, ``closed``,
 ``eow_timer``, ``ontime_data``, ``hold``, ``has_hold``, ``pane_index``,
 ``nonspec_index``, ``has_last``), trigger state ``t:<path>``, combiner
 accumulators ``acc:<output>:<field>`` and, for retracting mode, the last pane
@@ -71,6 +72,7 @@ from headwater.model.arrow_values import (
     objects_to_arrow,
 )
 from headwater.model.combiners import CombineFn
+from headwater.model.window_table import split_acc_column
 
 MAGIC = b"HWSTATE\x00"
 #: The version :func:`dumps` writes.
@@ -121,9 +123,9 @@ def dumps(state: ReducerState, aggregations: dict[str, tuple[CombineFn, str | No
     """The blob of ``state`` (the current :data:`FORMAT_VERSION`)."""
     fields, columns = [], []
     for name, arr in state.cols.items():
-        fn = _combiner_of(name, aggregations)
+        fn, field = _combiner_of(name, aggregations)
         if fn is not None:
-            column = fn.accumulator_to_arrow(name.split(":", 2)[2], arr)
+            column = fn.accumulator_to_arrow(field, arr)
         else:
             column = array_to_arrow(arr)
         # An object column of plain numbers (a user accumulator) stays one.
@@ -170,9 +172,9 @@ def loads(blob: bytes, aggregations: dict[str, tuple[CombineFn, str | None]]) ->
     cols = {}
     for name in windows.column_names:
         column = windows.column(name).combine_chunks()
-        fn = _combiner_of(name, aggregations)
+        fn, field = _combiner_of(name, aggregations)
         if fn is not None:
-            cols[name] = fn.accumulator_from_arrow(name.split(":", 2)[2], column)
+            cols[name] = fn.accumulator_from_arrow(field, column)
         else:
             cols[name] = array_from_arrow(column)
         field_meta = windows.schema.field(name).metadata or {}
@@ -188,12 +190,15 @@ def loads(blob: bytes, aggregations: dict[str, tuple[CombineFn, str | None]]) ->
     )
 
 
-def _combiner_of(column: str, aggregations) -> CombineFn | None:
-    if not column.startswith("acc:"):
-        return None
-    name = column.split(":", 2)[1]
+def _combiner_of(column: str, aggregations) -> tuple[CombineFn | None, str]:
+    """The combiner that encodes ``column`` and its accumulator field, if it is
+    an accumulator column of one of ``aggregations``."""
+    parsed = split_acc_column(column)
+    if parsed is None:
+        return None, ""
+    name, field = parsed
     entry = aggregations.get(name)
-    return entry[0] if entry is not None else None
+    return (entry[0] if entry is not None else None), field
 
 
 def _unreadable(version: int) -> StateFormatError:

@@ -7,7 +7,7 @@ works on an array ``rows`` of window-table rows at once, so firing decisions
 for a whole bundle cost a few numpy operations, not a loop per window.
 
 Semantics follow Beam's trigger state machines (``apache_beam.transforms.
-trigger``) and the rules of TRANSCRIPTS.md: counts add when windows merge, the
+trigger``) and the rules of docs/semantics.md: counts add when windows merge, the
 earliest pending processing-time timer wins, and a node that finishes stops its
 parent (``AfterEach`` moves on, ``Repeatedly`` resets it).
 """

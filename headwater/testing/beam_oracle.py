@@ -1,7 +1,7 @@
 """Apache Beam as a differential-test oracle for headwater's windowing core.
 
 ``run_beam(configs, events)`` replays ONE transcript timeline (``input`` /
-``watermark`` / ``clock`` events, see ``TRANSCRIPTS.md``) through ONE Beam
+``watermark`` / ``clock`` events, see ``docs/transcripts.md``) through ONE Beam
 pipeline that has one ``WindowInto -> GroupByKey -> record`` branch per
 windowing configuration, and returns, per configuration, the panes Beam
 produced, normalized to plain dicts::
@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 # Beam Python 2.77 behaviours (trigger.GeneralTriggerDriver under the streaming
-# BundleBasedDirectRunner) that differ from the semantics TRANSCRIPTS.md pins
+# BundleBasedDirectRunner) that differ from the semantics docs/semantics.md pins
 # down. Each was reproduced with this oracle; tests/test_beam_oracle.py pins the
 # most important ones so that a Beam upgrade that changes them is noticed.
 # ``beam_divergences(config)`` says which of them a config can run into.
@@ -94,7 +94,7 @@ KNOWN_DIVERGENCES: dict[str, str] = {
         "not fired (Never, AfterCount, AfterProcessingTime, the rest of a "
         "Repeatedly(AfterCount(n))) is never emitted, not even at the end of "
         "input; `final` is true only when the trigger itself finishes. "
-        "(TRANSCRIPTS.md rule 4 emits a final pane at GC.)"
+        "(docs/semantics.md rule 4 emits a final pane at GC.)"
     ),
     "not_final": (
         "Default() never finishes, so its ON_TIME pane has final=false even with "
@@ -606,7 +606,7 @@ def run_beam(
 
     ``configs``: dicts with the transcript keys (window_fn, trigger_fn,
     accumulation_mode, timestamp_combiner, allowed_lateness; defaults as in
-    TRANSCRIPTS.md). Every config must be ``beam_supported`` (else
+    docs/semantics.md). Every config must be ``beam_supported`` (else
     UnsupportedConfig is raised before anything runs).
 
     ``events``: ``input`` / ``watermark`` / ``clock`` events (no ``expect``).

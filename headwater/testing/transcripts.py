@@ -140,7 +140,8 @@ class Document:
 
 
 def _schema(events: list[dict]) -> Schema:
-    """Columns of a transcript's elements: key ``k``, time ``t`` (ms), ``value``."""
+    """Columns of a transcript's elements: key ``k``, time ``t`` (ms), ``value``, and
+    the watermark the timeline carries."""
     items = []
     for event in events:
         ((kind, arg),) = event.items()
@@ -156,6 +157,7 @@ def _schema(events: list[dict]) -> Schema:
             "k": types.of_python(keys[0]) if keys else types.STRING,
             "t": types.INT64,
             "value": types.of_python(values[0]) if values else types.INT64,
+            "watermark_ms": types.INT64,  # the replay's punctuation
         }
     )
 

@@ -61,6 +61,8 @@ def test_plan_holds_every_part_and_derives_the_output_schema():
         ({"aggregations": {"timing": (Count(), None)}}, ["'timing'", "reserved"]),
         ({"aggregations": {}}, ["at least one aggregation"]),
         ({"bounded": False}, ["watermark", "'10 seconds'"]),
+        ({"bounded": False, "watermark": Punctuated("wm")}, ["watermark column 'wm'"]),
+        ({"bounded": False, "watermark": Punctuated("name")}, ["'name' has type string"]),
         ({"on_null_event_time": "drop"}, ["on_null_event_time", "'dead_letter'", "'error'"]),
     ],
 )

@@ -1,7 +1,7 @@
 """Reducer properties on random timelines (seeded numpy; many seeds).
 
 Every expectation here is computed independently of the code under test: by a
-plain-Python simulation of the rules of TRANSCRIPTS.md, by brute-force window
+plain-Python simulation of the rules of docs/semantics.md, by brute-force window
 assignment, or by comparing two runs that must agree (discarding vs
 accumulating, retracting vs accumulating, with vs without a snapshot).
 """

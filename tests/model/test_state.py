@@ -28,6 +28,7 @@ from headwater.model.reducer import Reducer
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark, Repeatedly
+from headwater.model.window_table import acc_column, last_column, split_acc_column
 from headwater.model.windows import FixedWindows, Sessions
 
 
@@ -103,24 +104,25 @@ def exact(a, b) -> bool:
 
 
 def assert_same_state(r1: Reducer, r2: Reducer) -> None:
-    assert list(r1._keys) == list(r2._keys) or set(r1._keys) >= set(r2._keys)
-    k1 = r1._keys[r1._cols["key"]].tolist()
-    k2 = r2._keys[r2._cols["key"]].tolist()
+    t1, t2 = r1._table, r2._table
+    assert list(t1.keys) == list(t2.keys) or set(t1.keys) >= set(t2.keys)
+    k1 = t1.keys[t1.cols["key"]].tolist()
+    k2 = t2.keys[t2.cols["key"]].tolist()
     assert [(type(k), k) for k in k1] == [(type(k), k) for k in k2]
-    assert list(r1._cols) == list(r2._cols)
-    for name, a in r1._cols.items():
-        b = r2._cols[name]
+    assert list(t1.cols) == list(t2.cols)
+    for name, a in t1.cols.items():
+        b = t2.cols[name]
         if name == "key":
             continue
         if a.dtype != object:
             assert a.dtype == b.dtype and np.array_equal(a, b), name
             assert b.flags.writeable, name
-        elif name.startswith("acc:"):
+        elif split_acc_column(name) is not None:
             assert b.dtype == object and all(exact(x, y) for x, y in zip(a, b, strict=True)), name
         else:
             assert [plain(x) for x in a] == [plain(x) for x in b], name
     assert (r1.watermark, r1.now, r1.dropped_count) == (r2.watermark, r2.now, r2.dropped_count)
-    q1, q2 = r1._queue, r2._queue
+    q1, q2 = r1._queue.frame, r2._queue.frame
     assert list(q1.columns) == list(q2.columns) and len(q1) == len(q2)
     for c in q1.columns:
         assert [plain(x) for x in q1[c]] == [plain(x) for x in q2[c]], c
@@ -222,7 +224,7 @@ def test_keys_keep_their_type(keys):
     r = Reducer(strategy, aggs)
     r.add_bundle(keys, [1000] * len(keys), pd.DataFrame({"x": range(len(keys))}))
     r2 = Reducer.restore(strategy, aggs, r.snapshot())
-    assert [(type(k), k) for k in r2._keys] == [(type(k), k) for k in r._keys]
+    assert [(type(k), k) for k in r2._table.keys] == [(type(k), k) for k in r._table.keys]
 
 
 def test_queued_session_retractions_round_trip():
@@ -256,9 +258,9 @@ def test_user_scalar_combiner_uses_the_flagged_escape_hatch_only_when_needed():
     pickled = {
         f.name for f in windows.schema if isinstance(f.type, arrow_values.PickledType)
     }  # the tuple accumulator and its (tuple) last pane value
-    assert pickled == {"acc:spread:acc", "last:spread"}
-    assert windows.schema.field("acc:total:acc").type == pa.int64()
-    assert windows.schema.field("acc:sum:sum").type == pa.int64()
+    assert pickled == {acc_column("spread", "acc"), last_column("spread")}
+    assert windows.schema.field(acc_column("total", "acc")).type == pa.int64()
+    assert windows.schema.field(acc_column("sum", "sum")).type == pa.int64()
 
 
 def test_builtin_combiners_never_pickle():
@@ -300,7 +302,7 @@ def test_layout_matches_the_documentation():
     assert blob[:8] == b"HWSTATE\x00"
     assert struct.unpack_from("<I", blob, 8) == (state.FORMAT_VERSION,)
     windows, keys, queue = _sections(blob)
-    assert set(windows.column_names) == set(r._cols)
+    assert set(windows.column_names) == set(r._table.cols)
     meta = windows.schema.metadata
     assert meta[b"headwater.watermark"] == str(r.watermark).encode()
     assert meta[b"headwater.format_version"] == b"1"
@@ -311,16 +313,16 @@ def test_layout_matches_the_documentation():
 def legacy_snapshot(r: Reducer) -> bytes:
     """The version 0 blob (headwater before the format): a pickle, without the
     columns added since (the rule-1 ``ontime_data``)."""
-    live = np.unique(r._cols["key"])
-    remap = np.full(len(r._keys), -1, dtype=np.int64)
+    live = np.unique(r._table.cols["key"])
+    remap = np.full(len(r._table.keys), -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
-    cols = {k: v for k, v in r._cols.items() if k != "ontime_data"}
+    cols = {k: v for k, v in r._table.cols.items() if k != "ontime_data"}
     cols["key"] = remap[cols["key"]]
     return pickle.dumps(
         {
-            "keys": r._keys[live].to_numpy(),
+            "keys": r._table.keys[live].to_numpy(),
             "cols": cols,
-            "queue": r._queue.copy(),
+            "queue": r._queue.frame.copy(),
             "watermark": r.watermark,
             "now": r.now,
             "dropped": r.dropped_count,
@@ -342,7 +344,7 @@ def test_version_0_pickle_is_read_and_converted():
     assert (r2.watermark, r2.dropped_count) == (12_000, 4)
     # The on-time data pending in the old state counts as on time (a default
     # that keeps the old labelling): a late element completes the count.
-    assert r2._cols["ontime_data"].tolist() == [True, True]
+    assert r2._table.cols["ontime_data"].tolist() == [True, True]
     em = r2.add_bundle(["a"], [3000], pd.DataFrame({"x": [10]}))
     assert em.panes[["key", "sum", "values", "timing"]].values.tolist() == [
         ["a", 13, [1, 2, 10], "ON_TIME"]

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from headwater.io.sinks.batches import _panes_only, _to_arrow
 from headwater.io.sinks.stores import _DuckDBStore, _Layout, _PostgresStore, _q, _Store
+from headwater.model import combiners as C
 from headwater.model.panes import Accumulation
 from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
 
@@ -360,20 +361,20 @@ class CurrentResultsSink:
         return delete, upsert
 
 
-def _merge_of(name: str, fn: Any) -> str:
-    from headwater.model import combiners as C
+#: How a current-results table merges the DISCARDING panes of a combiner, by class:
+#: a pane holds only what is new, so the stored value and the pane combine.
+DISCARDING_MERGES: dict[type, str] = {C.Sum: "sum", C.Count: "sum", C.Min: "min", C.Max: "max"}
 
-    if isinstance(fn, (C.Sum, C.Count)):
-        return "sum"
-    if isinstance(fn, C.Min):
-        return "min"
-    if isinstance(fn, C.Max):
-        return "max"
-    raise ValueError(
-        f"aggregation {name!r} ({fn!r}): DISCARDING panes can only be combined in a "
-        f"current-results table for sum, count, min and max (the pane outputs of other "
-        f"combiners do not merge); use accumulation='accumulating' or 'retracting'"
-    )
+
+def _merge_of(name: str, fn: Any) -> str:
+    merge = DISCARDING_MERGES.get(type(fn))
+    if merge is None:
+        raise ValueError(
+            f"aggregation {name!r} ({fn!r}): DISCARDING panes can only be combined in a "
+            f"current-results table for sum, count, min and max (the pane outputs of other "
+            f"combiners do not merge); use accumulation='accumulating' or 'retracting'"
+        )
+    return merge
 
 
 def duckdb_results(path: str | os.PathLike, **kwargs: Any) -> CurrentResultsSink:

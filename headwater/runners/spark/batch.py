@@ -25,7 +25,8 @@ exactly one pane, whatever the trigger and accumulation mode:
 
 * a trigger that fires at that evaluation (``Default``, ``AfterWatermark``,
   ``AfterCount(n)`` with at least n elements, ...) fires with the watermark
-  past the end of the window: by rule 1 the first such pane is ON_TIME;
+  past the end of the window, and it emits data that arrived before the watermark
+  passed the end (every row of a bounded input did): by rule 1 it is ON_TIME;
 * a trigger that does not fire (``Never``, ``AfterCount(n)`` with fewer than n
   elements, ``AfterProcessingTime``: processing time does not advance inside the
   step) leaves data that no pane has emitted; by rule 4 the window, whose end
@@ -497,6 +498,7 @@ def _model_plan(
     import pandas as pd
 
     from headwater.model.reducer import Reducer
+    from headwater.model.steps import Bundle, MicroBatch, apply_step
     from headwater.model.time import MAX_TIMESTAMP
 
     key_cols = list(plan.keys)
@@ -523,7 +525,8 @@ def _model_plan(
         reducer = Reducer(strategy, aggs)
         values = pdf[value_cols].reset_index(drop=True) if value_cols else None
         ts = pdf[_TS].to_numpy(np.int64)
-        panes = reducer.step(np.zeros(n, dtype=np.int64), ts, values, watermark=MAX_TIMESTAMP).panes
+        batch = MicroBatch(Bundle(np.zeros(n, dtype=np.int64), ts, values), MAX_TIMESTAMP)
+        panes = apply_step(reducer, batch).panes
         m = len(panes)
         out = {k: [pdf[k].iloc[0]] * m for k in groups}
         out["window_start"] = panes["window_start"].to_numpy(np.int64)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -60,15 +61,46 @@ SLICES: dict[type[W.WindowFn], Callable[[W.WindowFn], tuple[int, int]]] = {
     W.GlobalWindows: lambda wf: (0, 0),
 }
 
-#: Combiners whose partial aggregates merge into the same result: class -> the
-#: partials (``how`` of the input column) it needs.
-PARTIALS: dict[type[C.CombineFn], Callable[[C.CombineFn], tuple[str, ...]]] = {
+
+@dataclass(frozen=True)
+class LiftRule:
+    """How one combiner class lifts: the partials of its input column it needs
+    (``how`` names of :class:`Partial`), and the reducer aggregations over those
+    partial columns plus the recipe of its output (:class:`Output`)."""
+
+    partials: Callable[[C.CombineFn], tuple[str, ...]]
+    fold: Callable[[str, C.CombineFn, str | None], tuple[Aggregations, Output]]
+
+
+def _fold_count(name: str, fn: C.CombineFn, col: str | None):
+    # Partial counts are never null: their Sum is the count (0, not NULL).
+    source = f"count_{col}" if fn.skip_nulls and col else N
+    return {name: (C.Sum(), source)}, Output(name, "direct", name)
+
+
+def _fold_sum_and_count(how: str):
+    """Sum and non-null count partials; "sum" is NULL where the count is 0."""
+
+    def fold(name: str, fn: C.CombineFn, col: str | None):
+        s_name, c_name = f"__hw_sum_{name}", f"__hw_count_{name}"
+        aggs = {s_name: (C.Sum(), f"sum_{col}"), c_name: (C.Sum(), f"count_{col}")}
+        return aggs, Output(name, how, s_name, c_name)
+
+    return fold
+
+
+def _fold_extreme(name: str, fn: C.CombineFn, col: str | None):
+    return {name: (type(fn)(), f"{fn.name}_{col}")}, Output(name, "direct", name)
+
+
+#: Combiners whose partial aggregates merge into the same result, by class.
+LIFT_RULES: dict[type[C.CombineFn], LiftRule] = {
     # The non-null count tells an all-null slice (NULL) from a sum of 0.
-    C.Sum: lambda fn: ("sum", "count"),
-    C.Mean: lambda fn: ("sum", "count"),
-    C.Min: lambda fn: ("min",),
-    C.Max: lambda fn: ("max",),
-    C.Count: lambda fn: ("count",) if fn.skip_nulls else (),
+    C.Sum: LiftRule(lambda fn: ("sum", "count"), _fold_sum_and_count("sum")),
+    C.Mean: LiftRule(lambda fn: ("sum", "count"), _fold_sum_and_count("mean")),
+    C.Min: LiftRule(lambda fn: ("min",), _fold_extreme),
+    C.Max: LiftRule(lambda fn: ("max",), _fold_extreme),
+    C.Count: LiftRule(lambda fn: ("count",) if fn.skip_nulls else (), _fold_count),
 }
 
 
@@ -83,7 +115,7 @@ def lifting(
 ) -> Lift | None:
     """The combiner-lifting plan, or None when lifting would change the panes.
 
-    Valid when (1) every aggregation's combiner is in :data:`PARTIALS` (of a
+    Valid when (1) every aggregation's combiner is in :data:`LIFT_RULES` (of a
     numeric column): partial aggregates merge into the same result; (2) the
     window function is in :data:`SLICES`: all elements of one *slice* (Fixed:
     the window; Sliding: a ``gcd(size, period)`` interval; Global: everything)
@@ -105,10 +137,10 @@ def lifting(
         return None
     partials: dict[str, Partial] = {}
     for fn, col in aggregations.values():
-        needs = PARTIALS.get(type(fn))
-        if needs is None:
+        rule = LIFT_RULES.get(type(fn))
+        if rule is None:
             return None
-        hows = needs(fn)
+        hows = rule.partials(fn)
         if not hows:
             continue  # count(): the element count of every lifted row
         if col is None or not isinstance(schema[col].dataType, T.NumericType):
@@ -124,20 +156,9 @@ def lifted_aggregations(aggs: Aggregations, lifted: Lift, schema: T.StructType):
     reducer: dict[str, tuple[C.CombineFn, str | None]] = {}
     outputs: list[Output] = []
     for name, (fn, col) in aggs.items():
-        if isinstance(fn, C.Count):
-            # Partial counts are never null: their Sum is the count (0, not NULL).
-            reducer[name] = (C.Sum(), f"count_{col}" if fn.skip_nulls and col else N)
-            outputs.append(Output(name, "direct", name))
-        elif isinstance(fn, (C.Mean, C.Sum)):
-            # Sum and non-null count partials; "sum": NULL where the count is 0.
-            s_name, c_name = f"__hw_sum_{name}", f"__hw_count_{name}"
-            reducer[s_name] = (C.Sum(), f"sum_{col}")
-            reducer[c_name] = (C.Sum(), f"count_{col}")
-            how = "mean" if isinstance(fn, C.Mean) else "sum"
-            outputs.append(Output(name, how, s_name, c_name))
-        else:
-            reducer[name] = (type(fn)(), f"{fn.name}_{col}")
-            outputs.append(Output(name, "direct", name))
+        folded, output = LIFT_RULES[type(fn)].fold(name, fn, col)
+        reducer.update(folded)
+        outputs.append(output)
     drop_types: dict[str, T.DataType] = {}
     for p in lifted.partials:
         in_type = schema[p.source].dataType

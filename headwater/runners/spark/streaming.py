@@ -177,14 +177,11 @@ def run_streaming(
 
 
 def _punctuated(df: DataFrame, strategy: Punctuated, event_time: str):
-    """The watermark comes in a column: project it into every packet."""
-    if strategy.column not in df.columns:
-        raise PlanError(
-            f"a punctuated watermark needs the column {strategy.column!r}",
-            argument=strategy.column,
-            found=f"columns {df.columns}",
-        )
-    return df, F.col(strategy.column).cast("long")
+    """The watermark comes in a column (epoch ms): project it into every packet."""
+    column = F.col(strategy.column)
+    if isinstance(df.schema[strategy.column].dataType, T.TimestampType):
+        column = F.unix_millis(column)
+    return df, column.cast("long")
 
 
 def _bounded(df: DataFrame, strategy: BoundedOutOfOrderness, event_time: str):

@@ -22,6 +22,7 @@ import pandas as pd
 
 from headwater.io.replay import read_replay, write_timeline
 from headwater.model.reducer import Aggregations, Emission
+from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
 from headwater.model.steps import Bundle, ClockAdvance, MicroBatch, Step, WatermarkAdvance
 from headwater.model.strategy import WindowingStrategy
 
@@ -209,19 +210,8 @@ def run_timeline(
     return [_emission(batches.get(i), names) for i in range(len(steps))]
 
 
-_PANE_COLS = [
-    "timestamp",
-    "pane_index",
-    "nonspeculative_index",
-    "timing",
-    "is_first",
-    "is_last",
-    "is_retraction",
-]
-
-
 def _emission(batch: pd.DataFrame | None, names: list[str]) -> Emission:
-    pane_cols = ["key", "window_start", "window_end", *names, *_PANE_COLS]
+    pane_cols = ["key", *WINDOW_COLUMNS, *names, *PANE_COLUMNS]
     drop_cols = ["key", "timestamp", "window_start", "window_end", "reason"]
     if batch is None or not len(batch):
         return Emission(pd.DataFrame(columns=pane_cols), pd.DataFrame(columns=drop_cols))

@@ -1,0 +1,246 @@
+"""Storage of a shard's live windows: one columnar table, one row per (key, window).
+
+The reducer (:mod:`headwater.model.reducer`) decides what happens to windows;
+this module only stores them, as numpy columns of equal length, with a
+dictionary of keys (rows hold int64 key codes) and a hash index of the
+(key, window) rows. It knows nothing of triggers or panes beyond the columns
+they need.
+
+The column names are a contract: the versioned state format
+(:mod:`headwater.model.state`) stores them, and the trigger tree
+(:mod:`headwater.model.triggers`) reads its own columns under
+:data:`TRIGGER_PREFIX`. They are spelled only here; checkpoints written by
+earlier releases hold the same names, so they must never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from headwater.model.combiners import CombineFn
+from headwater.model.triggers import Field as TriggerField
+
+#: Output name -> ``(combine_fn, input column)`` (``None``: the element value).
+Aggregations = Mapping[str, tuple[CombineFn, str | None]]
+
+# ------------------------------------------------------------ column names
+#: Prefix of the trigger state columns: ``t:<path>`` (the trigger tree is
+#: handed the columns and this prefix).
+TRIGGER_PREFIX = "t:"
+_ACC_PREFIX = "acc:"
+_LAST_PREFIX = "last:"
+#: The metadata of a window's last pane kept for its retraction, besides its outputs.
+LAST_PANE_FIELDS = ("timestamp", "pane_index", "nonspec_index", "timing")
+
+#: Window bookkeeping columns: dtype and the value of a new window.
+_BOOKKEEPING: dict[str, tuple[type, object]] = {
+    "key": (np.int64, -1),  # a code into the key dictionary
+    "start": (np.int64, 0),
+    "end": (np.int64, 0),
+    "pending": (np.int64, 0),  # elements not emitted by a pane yet
+    "closed": (bool, False),  # the trigger finished
+    "eow_timer": (bool, False),  # an end-of-window firing is ahead
+    "ontime_data": (bool, False),  # unemitted data arrived before the end passed
+    "hold": (np.int64, 0),  # the output timestamp, if has_hold
+    "has_hold": (bool, False),
+    "pane_index": (np.int64, 0),
+    "nonspec_index": (np.int64, 0),
+    "has_last": (bool, False),  # the last:* columns hold a pane to retract
+}
+
+
+def trigger_column(path: str) -> str:
+    """The column of trigger state field ``path`` (a path in the trigger tree)."""
+    return TRIGGER_PREFIX + path
+
+
+def acc_column(aggregation: str, field: str) -> str:
+    """The column of accumulator ``field`` of output ``aggregation``."""
+    return f"{_ACC_PREFIX}{aggregation}:{field}"
+
+
+def split_acc_column(column: str) -> tuple[str, str] | None:
+    """``(aggregation, field)`` of an accumulator column; ``None`` for other columns."""
+    if not column.startswith(_ACC_PREFIX):
+        return None
+    _, aggregation, field = column.split(":", 2)
+    return aggregation, field
+
+
+def last_column(name: str) -> str:
+    """The column of the last pane's output ``name`` or metadata (:data:`LAST_PANE_FIELDS`)."""
+    return _LAST_PREFIX + name
+
+
+# ------------------------------------------------------------------ table
+class WindowTable:
+    """The live windows of a shard: columns ``cols``, key dictionary ``keys``.
+
+    Rows have no identity beyond their position: :meth:`append` adds rows at
+    the end, :meth:`keep` removes rows and renumbers the rest.
+    """
+
+    def __init__(self, trigger_fields: Mapping[str, TriggerField], aggregations: Aggregations):
+        self._defaults: dict[str, tuple[type, object]] = dict(_BOOKKEEPING)
+        for path, f in trigger_fields.items():
+            self._defaults[trigger_column(path)] = (f.dtype, f.default)
+        self._combiners = {name: fn for name, (fn, _) in aggregations.items()}
+        #: Output name -> accumulator field -> column.
+        self.acc_columns: dict[str, dict[str, str]] = {
+            name: {f: acc_column(name, f) for f in fn.create(0)}
+            for name, fn in self._combiners.items()
+        }
+        self.keys = pd.Index([], dtype=object)
+        self.cols = self.empty(0)
+        self._index: pd.Index | None = None
+
+    def __len__(self) -> int:
+        return len(self.cols["key"])
+
+    def empty(self, n: int) -> dict[str, np.ndarray]:
+        """All columns of ``n`` new windows (the table's layout and column order)."""
+        cols = {
+            name: np.full(n, default, dtype=dtype)
+            for name, (dtype, default) in self._defaults.items()
+        }
+        cols.update(self.fresh_accumulators(n))
+        for name in self._combiners:
+            cols[last_column(name)] = np.full(n, None, dtype=object)
+        for name in LAST_PANE_FIELDS:
+            cols[last_column(name)] = np.zeros(n, dtype=np.int64)
+        return cols
+
+    def fresh_accumulators(self, n: int) -> dict[str, np.ndarray]:
+        """Empty accumulators of every output for ``n`` windows, by column."""
+        out = {}
+        for name, fn in self._combiners.items():
+            for field, arr in fn.create(n).items():
+                out[acc_column(name, field)] = arr
+        return out
+
+    def load(self, keys: np.ndarray, cols: Mapping[str, np.ndarray]) -> None:
+        """Take the keys and columns of a snapshot; columns it lacks (an older
+        state format) get their defaults, columns it has beyond them are dropped."""
+        names = list(self.empty(0))
+        n = len(cols["key"])
+        defaults = self.empty(n) if any(c not in cols for c in names) else {}
+        self.cols = {c: cols[c] if c in cols else defaults[c] for c in names}
+        self.keys = pd.Index(keys, dtype=object)
+        self._index = None
+
+    # ------------------------------------------------------------------ rows
+    def append(self, new: dict[str, np.ndarray]) -> np.ndarray:
+        """Append rows (missing columns get defaults); returns their row numbers."""
+        n = len(next(iter(new.values())))
+        base = len(self)
+        full = self.empty(n)
+        full.update(new)
+        for name in self.cols:
+            self.cols[name] = concat(self.cols[name], full[name])
+        self._index = None
+        return np.arange(base, base + n)
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the rows where ``mask`` is true."""
+        for name in self.cols:
+            self.cols[name] = self.cols[name][mask]
+        self._index = None
+
+    def set(self, name: str, rows: np.ndarray, values: np.ndarray) -> None:
+        """Write ``values`` into column ``name``, widening its dtype if they need it."""
+        arr = self.cols[name]
+        values = np.asarray(values)
+        if arr.dtype != object and values.dtype != arr.dtype:
+            wider = np.result_type(arr.dtype, values.dtype)
+            if wider != arr.dtype:
+                arr = self.cols[name] = arr.astype(wider)
+        arr[rows] = values
+
+    def accumulators(self, name: str, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The accumulator of output ``name`` at ``rows``, by field."""
+        return {f: self.cols[column][rows] for f, column in self.acc_columns[name].items()}
+
+    def set_accumulators(self, name: str, rows: np.ndarray, acc: Mapping[str, np.ndarray]) -> None:
+        """Write an accumulator of output ``name`` (by field) into ``rows``."""
+        for f, arr in acc.items():
+            self.set(acc_column(name, f), rows, arr)
+
+    def reset_accumulators(self, rows: np.ndarray) -> None:
+        """Empty the accumulators of every output at ``rows``."""
+        for column, arr in self.fresh_accumulators(len(rows)).items():
+            self.set(column, rows, arr)
+
+    # ---------------------------------------------------------------- lookup
+    def lookup(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Row of each (key, window), -1 if absent: a hash index on one int64."""
+        if len(self) == 0:
+            return np.full(len(key), -1, dtype=np.int64)
+        c = self.cols
+        if self._index is None:
+            self._index = pd.Index(_window_hash(c["key"], c["start"], c["end"]))
+        if self._index.is_unique:
+            rows = self._index.get_indexer(_window_hash(key, start, end))
+            found = rows >= 0
+            r = rows[found]
+            if (
+                (c["key"][r] == key[found])
+                & (c["start"][r] == start[found])
+                & (c["end"][r] == end[found])
+            ).all():
+                return rows
+        # A hash collision (astronomically rare): fall back to an exact index.
+        exact = pd.MultiIndex.from_arrays([c["key"], c["start"], c["end"]])
+        return exact.get_indexer(pd.MultiIndex.from_arrays([key, start, end]))
+
+    def encode_keys(self, keys) -> np.ndarray:
+        """The int64 code of each key, adding unseen keys to the dictionary."""
+        keys = pd.Index(np.asarray(keys, dtype=object) if not isinstance(keys, pd.Index) else keys)
+        codes = self.keys.get_indexer(keys)
+        if (codes < 0).any():
+            new = keys[codes < 0].unique()
+            self.keys = self.keys.append(pd.Index(new, dtype=object))
+            codes = self.keys.get_indexer(keys)
+        return codes.astype(np.int64)
+
+    def decode_keys(self, codes: np.ndarray) -> np.ndarray:
+        """The keys of ``codes`` (an object array)."""
+        return self.keys[codes].to_numpy()
+
+
+def _window_hash(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = key.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        h ^= start.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+        h = (h << np.uint64(31)) | (h >> np.uint64(33))
+        h ^= end.astype(np.uint64) * np.uint64(0x165667B19E3779F9)
+    return h.view(np.int64)
+
+
+def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense group ids of rows by equal ``columns`` (one lexsort), and the
+    first row of each group."""
+    n = len(columns[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(columns[::-1])
+    boundary = np.zeros(n, dtype=bool)
+    boundary[0] = True
+    for col in columns:
+        sc = col[order]
+        boundary[1:] |= sc[1:] != sc[:-1]
+    ids = np.empty(n, dtype=np.int64)
+    ids[order] = np.cumsum(boundary) - 1
+    return ids, order[boundary]
+
+
+def concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` then ``b``; an object column stays object (numpy would nest lists)."""
+    if a.dtype == object or b.dtype == object:
+        out = np.empty(len(a) + len(b), dtype=object)
+        out[: len(a)] = a
+        out[len(a) :] = b
+        return out
+    return np.concatenate([a, b])
