@@ -131,15 +131,21 @@ class Reducer:
         rows = np.zeros(0, dtype=np.int64)
         if timestamps is not None and len(timestamps):
             rows, dropped = self._add(keys, timestamps, values)
-        if watermark is not None and watermark > self.watermark:
+        advanced = watermark is not None and watermark > self.watermark
+        evaluate = rows
+        if advanced:
+            # Only a watermark that moves makes windows due or expired: an end-of-window
+            # timer is set only while the watermark is before the end (rule 2), and a
+            # window whose end + lateness is behind the watermark is never created.
             self.watermark = int(watermark)
-        c = self._table.cols
-        due = np.flatnonzero(c["eow_timer"] & (c["end"] <= self.watermark) & ~c["closed"])
-        evaluate = np.union1d(rows, due)
+            c = self._table.cols
+            due = np.flatnonzero(c["eow_timer"] & (c["end"] <= self.watermark) & ~c["closed"])
+            evaluate = np.union1d(rows, due)
         parts = [self._evaluate(evaluate, self._context(evaluate))] if len(evaluate) else []
-        parts.extend(self._collect())
+        if advanced:
+            parts.extend(self._collect())
         if clock and now is not None:
-            parts.append(self.advance_clock(int(now)).panes)
+            parts.extend(self._fire_timers(int(now)))
         return self._emission(parts, dropped)
 
     def _collect(self) -> list[pd.DataFrame]:
@@ -223,6 +229,9 @@ class Reducer:
 
     def advance_clock(self, now: int) -> Emission:
         """Advance processing time; fire due timers earliest first, each at its time."""
+        return self._emission(self._fire_timers(now), [])
+
+    def _fire_timers(self, now: int) -> list[pd.DataFrame]:
         parts = []
         trigger = self.strategy.trigger
         c = self._table.cols
@@ -239,7 +248,7 @@ class Reducer:
             # Timers due at t that did not make their trigger fire stay fired.
             trigger.on_timers(TRIGGER_PREFIX, c, rows, t)
         self.now = max(self.now, int(now))
-        return self._emission(parts, [])
+        return parts
 
     def next_timer(self) -> int | None:
         """Earliest pending processing-time timer, if any."""
@@ -464,9 +473,7 @@ class Reducer:
         dropped = [d for d in dropped if len(d)]
         return Emission(
             pd.concat(panes, ignore_index=True) if panes else self._empty_panes(),
-            pd.concat(dropped, ignore_index=True)
-            if dropped
-            else pd.DataFrame(columns=["key", "timestamp", "window_start", "window_end", "reason"]),
+            pd.concat(dropped, ignore_index=True) if dropped else _NO_DROPS.copy(),
         )
 
     def _empty_panes(self) -> pd.DataFrame:
@@ -489,6 +496,10 @@ class Reducer:
                 },
             )
         return self._empty_frame.copy()
+
+
+#: The dropped elements of a step that dropped none (copied: callers add columns).
+_NO_DROPS = pd.DataFrame(columns=["key", "timestamp", "window_start", "window_end", "reason"])
 
 
 def _pane_frame(
