@@ -77,7 +77,11 @@ class Reducer:
         self.watermark: int = MIN_TIMESTAMP
         self.now: int = 0
         self.dropped_count: int = 0
-        self._table = WindowTable(strategy.trigger.fields(), self.aggregations)
+        self._table = WindowTable(
+            strategy.trigger.fields(),
+            self.aggregations,
+            retracting=strategy.accumulation == Accumulation.RETRACTING,
+        )
         self._watermark_trigger = strategy.trigger.sets_end_of_window_timer()
         self._queue = RetractionQueue()
         # The merger gets the last-pane frames of the table, not a bound method:

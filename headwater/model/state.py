@@ -102,11 +102,16 @@ class ReducerState:
 
 
 # ---------------------------------------------------------------- read / write
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
+def _write_ipc(sink, table: pa.Table) -> None:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+
+
+def _ipc_size(table: pa.Table) -> int:
+    """The size of ``table``'s IPC stream, without writing it."""
+    sink = pa.MockOutputStream()
+    _write_ipc(sink, table)
+    return sink.size()
 
 
 def _frame_to_table(frame: pd.DataFrame) -> pa.Table:
@@ -119,7 +124,7 @@ def _table_to_frame(table: pa.Table) -> pd.DataFrame:
     return pd.DataFrame({name: array_from_arrow(table.column(name)) for name in table.column_names})
 
 
-def dumps(state: ReducerState, aggregations: dict[str, tuple[CombineFn, str | None]]) -> bytes:
+def dumps(state: ReducerState, aggregations: dict[str, tuple[CombineFn, str | None]]) -> bytearray:
     """The blob of ``state`` (the current :data:`FORMAT_VERSION`)."""
     fields, columns = [], []
     for name, arr in state.cols.items():
@@ -140,12 +145,16 @@ def dumps(state: ReducerState, aggregations: dict[str, tuple[CombineFn, str | No
     }
     windows = pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=meta))
     keys = pa.table({"key": objects_to_arrow(state.keys)})
-    sections = [_ipc(windows), _ipc(keys), _ipc(_frame_to_table(state.queue))]
-    out = [_HEADER.pack(MAGIC, FORMAT_VERSION)]
-    for section in sections:
-        out.append(_LENGTH.pack(len(section)))
-        out.append(section)
-    return b"".join(out)
+    sections = [windows, keys, _frame_to_table(state.queue)]
+    sizes = [_ipc_size(t) for t in sections]
+    # One buffer of the exact size, written in place: the state is copied once.
+    blob = bytearray(_HEADER.size + sum(sizes) + _LENGTH.size * len(sections))
+    sink = pa.FixedSizeBufferWriter(pa.py_buffer(blob))
+    sink.write(_HEADER.pack(MAGIC, FORMAT_VERSION))
+    for table, size in zip(sections, sizes, strict=True):
+        sink.write(_LENGTH.pack(size))
+        _write_ipc(sink, table)
+    return blob
 
 
 def loads(blob: bytes, aggregations: dict[str, tuple[CombineFn, str | None]]) -> ReducerState:
@@ -160,11 +169,11 @@ def loads(blob: bytes, aggregations: dict[str, tuple[CombineFn, str | None]]) ->
     _, version = _HEADER.unpack_from(blob)
     if version not in READABLE_VERSIONS:
         raise _unreadable(version)
-    pos, tables = _HEADER.size, []
+    pos, tables, view = _HEADER.size, [], memoryview(blob)
     for _ in range(3):
         (length,) = _LENGTH.unpack_from(blob, pos)
         pos += _LENGTH.size
-        with pa.ipc.open_stream(pa.py_buffer(blob[pos : pos + length])) as reader:
+        with pa.ipc.open_stream(pa.py_buffer(view[pos : pos + length])) as reader:
             tables.append(reader.read_all())
         pos += length
     windows, keys, queue = tables

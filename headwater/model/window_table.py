@@ -83,7 +83,16 @@ class WindowTable:
     the end, :meth:`keep` removes rows and renumbers the rest.
     """
 
-    def __init__(self, trigger_fields: Mapping[str, TriggerField], aggregations: Aggregations):
+    def __init__(
+        self,
+        trigger_fields: Mapping[str, TriggerField],
+        aggregations: Aggregations,
+        *,
+        retracting: bool = False,
+    ):
+        #: Whether the last pane of every window is kept (to retract it): only the
+        #: retracting mode reads those columns, so the others do not store them.
+        self.retracting = retracting
         self._defaults: dict[str, tuple[type, object]] = dict(_BOOKKEEPING)
         for path, f in trigger_fields.items():
             self._defaults[trigger_column(path)] = (f.dtype, f.default)
@@ -107,10 +116,11 @@ class WindowTable:
             for name, (dtype, default) in self._defaults.items()
         }
         cols.update(self.fresh_accumulators(n))
-        for name in self._combiners:
-            cols[last_column(name)] = np.full(n, None, dtype=object)
-        for name in LAST_PANE_FIELDS:
-            cols[last_column(name)] = np.zeros(n, dtype=np.int64)
+        if self.retracting:
+            for name in self._combiners:
+                cols[last_column(name)] = np.full(n, None, dtype=object)
+            for name in LAST_PANE_FIELDS:
+                cols[last_column(name)] = np.zeros(n, dtype=np.int64)
         return cols
 
     def fresh_accumulators(self, n: int) -> dict[str, np.ndarray]:
