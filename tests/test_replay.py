@@ -23,12 +23,14 @@ def test_write_and_index(tmp_path):
     lines = path.read_text().splitlines()
     assert json.loads(lines[0])["headwater_replay"] == 1
     tl = Timeline(str(path))
-    # (offset, length, proc_ms, effective watermark): proc and watermark carry forward
-    assert [(s[2], s[3]) for s in tl.steps] == [
-        (0, None),
-        (0, 2000),
-        (5000, 2000),
-        (6000, MAX_TIMESTAMP),
+    # (offset, length, proc_ms, effective watermark, fires timers): proc and watermark
+    # carry forward; a step fires processing-time timers when it moves processing
+    # time, or when it is a clock step (neither rows nor a watermark)
+    assert [s[2:] for s in tl.steps] == [
+        (0, None, False),
+        (0, 2000, False),
+        (5000, 2000, True),
+        (6000, MAX_TIMESTAMP, True),
     ]
     assert tl.schema_ddl().startswith("kind STRING, key string, ts BIGINT, `value` double")
 
@@ -89,8 +91,8 @@ def test_one_step_per_micro_batch(spark, tmp_path):
         ],
         1: [("tick", None, None, None, 2000, 0, 1)],
         2: [("clock", None, None, None, 2000, 5000, 2)],  # neither rows nor a watermark
-        3: [
+        3: [  # processing time moves to 6000: the step fires the timers due by then
+            ("clock", None, None, None, MAX_TIMESTAMP, 6000, 3),
             ("data", "a", 400, 2.0, MAX_TIMESTAMP, 6000, 3),
-            ("tick", None, None, None, MAX_TIMESTAMP, 6000, 3),
         ],
     }

@@ -347,7 +347,7 @@ def compare(case: Case, got: list[Emission], want: list[Emission], lifted: bool)
             )
             plan = lifting(case.strategy, case.aggregations or {}, SCHEMA)
             assert plan is not None
-            partials = [name for name, _, _ in plan.partials]
+            partials = [p.column for p in plan.partials]
             gd, wd = _lifted_drops(g.dropped, partials), _local_drops(w.dropped, partials)
             assert gd == wd, f"{_where(case, i, 'lifted dropped elements')}\n  {gd=}\n  {wd=}"
         else:

@@ -46,11 +46,12 @@ Step (all keys optional):
   "<column>": ...}`` (missing columns are null). ``ts`` is the event
   timestamp in epoch ms.
 * ``timers``: whether the step fires the processing-time timers due by its
-  ``proc_ms`` after its rows and watermark (rule 7). Default: only a step with
-  neither rows nor a watermark (a transcript's ``clock`` event) does; a replay
-  whose lines carry their own processing times (SQL replays) sets it on every
-  step, and a micro-batch that carries rows, a watermark and a clock advance
-  together sets it with both.
+  ``proc_ms`` after its rows and watermark (rule 7). Default: a step fires them
+  when its ``proc_ms`` moves processing time forward, or when it has neither
+  rows nor a watermark (a transcript's ``clock`` event, which fires due timers
+  even when the time did not move); a step that only adds rows or advances the
+  watermark at the current processing time (a transcript's ``input`` or
+  ``watermark`` event) does not.
 
 Output schema of the stream::
 
@@ -178,7 +179,9 @@ class Timeline:
         self.key_type = "string"
         self.columns: dict[str, str] = dict(DEFAULT_COLUMNS)
         # per step: (byte offset, byte length, proc_ms, effective watermark or None)
-        self.steps: list[tuple[int, int, int, int | None]] = []
+        # per step: (byte offset, byte length, proc_ms, effective watermark or None,
+        # whether it fires processing-time timers)
+        self.steps: list[tuple[int, int, int, int | None, bool]] = []
         proc = 0
         wm: int | None = None
         with open(path, "rb") as f:
@@ -198,13 +201,14 @@ class Timeline:
                     _check_columns(self.columns)
                     continue
                 first = False
+                moved = False
                 if obj.get("proc_ms") is not None:
                     p = int(obj["proc_ms"])
                     if p < proc:
                         raise ValueError(
                             f"{path}: step {len(self.steps)}: proc_ms {p} goes back (was {proc})"
                         )
-                    proc = p
+                    moved, proc = p > proc, p
                 new_wm = _watermark(obj.get("watermark_ms"))
                 if new_wm is not None:
                     if wm is not None and new_wm < wm:
@@ -213,7 +217,11 @@ class Timeline:
                             f"(was {wm})"
                         )
                     wm = new_wm
-                self.steps.append((start, len(raw), proc, wm))
+                fires = obj.get("timers")
+                if fires is None:
+                    clock_step = not obj.get("rows") and obj.get("watermark_ms") is None
+                    fires = moved or clock_step
+                self.steps.append((start, len(raw), proc, wm, bool(fires)))
 
     def schema_ddl(self) -> str:
         parts = ["kind STRING", f"key {self.key_type}", "ts BIGINT"]
@@ -229,6 +237,7 @@ def _decode_step(
     length: int,
     proc_ms: int,
     watermark_ms: int | None,
+    fires: bool,
     names: Sequence[str],
     schema: pa.Schema,
 ) -> pa.RecordBatch:
@@ -252,9 +261,6 @@ def _decode_step(
             for i in range(n_values):
                 vals[i].append(row[2 + i] if 2 + i < len(row) else None)
     n = len(rows) + 1  # + the tick row
-    fires = obj.get("timers")
-    if fires is None:
-        fires = not rows and obj.get("watermark_ms") is None
     control = "clock" if fires else "tick"
     arrays = [
         pa.array(["data"] * len(rows) + [control], pa.string()),
@@ -295,12 +301,14 @@ class ReplayStepPartition(InputPartition):  # type: ignore[misc]
         length: int,
         proc_ms: int,
         watermark_ms: int | None,
+        fires: bool,
     ) -> None:
         self.index = index
         self.offset = offset
         self.length = length
         self.proc_ms = proc_ms
         self.watermark_ms = watermark_ms
+        self.fires = fires
 
 
 class ReplayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -327,8 +335,7 @@ class ReplayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def partitions(self, start: dict, end: dict) -> Sequence[ReplayStepPartition]:
         out = []
         for i in range(int(start["step"]), int(end["step"])):
-            offset, length, proc, wm = self.timeline.steps[i]
-            out.append(ReplayStepPartition(i, offset, length, proc, wm))
+            out.append(ReplayStepPartition(i, *self.timeline.steps[i]))
         return out
 
     def read(self, partition: ReplayStepPartition) -> Iterator[pa.RecordBatch]:
@@ -341,6 +348,7 @@ class ReplayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             partition.length,
             partition.proc_ms,
             partition.watermark_ms,
+            partition.fires,
             names,
             schema,
         )
