@@ -78,15 +78,17 @@ def _fold_count(name: str, fn: C.CombineFn, col: str | None):
     return {name: (C.Sum(), source)}, Output(name, "direct", name)
 
 
-def _fold_sum_and_count(how: str):
-    """Sum and non-null count partials; "sum" is NULL where the count is 0."""
+def _fold_mean(name: str, fn: C.CombineFn, col: str | None):
+    """Sum and non-null count partials; the mean is their ratio (NULL for no count)."""
+    s_name, c_name = f"__hw_sum_{name}", f"__hw_count_{name}"
+    aggs = {s_name: (C.Sum(), f"sum_{col}"), c_name: (C.Sum(), f"count_{col}")}
+    return aggs, Output(name, "mean", s_name, c_name)
 
-    def fold(name: str, fn: C.CombineFn, col: str | None):
-        s_name, c_name = f"__hw_sum_{name}", f"__hw_count_{name}"
-        aggs = {s_name: (C.Sum(), f"sum_{col}"), c_name: (C.Sum(), f"count_{col}")}
-        return aggs, Output(name, how, s_name, c_name)
 
-    return fold
+def _fold_sum(name: str, fn: C.CombineFn, col: str | None):
+    # A partial sum is NULL for a slice of only nulls (min_count=1 in the packer),
+    # and the reducer's Sum skips it: NULL exactly where SQL's SUM is.
+    return {name: (C.Sum(), f"sum_{col}")}, Output(name, "direct", name)
 
 
 def _fold_extreme(name: str, fn: C.CombineFn, col: str | None):
@@ -95,9 +97,8 @@ def _fold_extreme(name: str, fn: C.CombineFn, col: str | None):
 
 #: Combiners whose partial aggregates merge into the same result, by class.
 LIFT_RULES: dict[type[C.CombineFn], LiftRule] = {
-    # The non-null count tells an all-null slice (NULL) from a sum of 0.
-    C.Sum: LiftRule(lambda fn: ("sum", "count"), _fold_sum_and_count("sum")),
-    C.Mean: LiftRule(lambda fn: ("sum", "count"), _fold_sum_and_count("mean")),
+    C.Sum: LiftRule(lambda fn: ("sum",), _fold_sum),
+    C.Mean: LiftRule(lambda fn: ("sum", "count"), _fold_mean),
     C.Min: LiftRule(lambda fn: ("min",), _fold_extreme),
     C.Max: LiftRule(lambda fn: ("max",), _fold_extreme),
     C.Count: LiftRule(lambda fn: ("count",) if fn.skip_nulls else (), _fold_count),
@@ -250,7 +251,8 @@ class Packer:
             slice_start = np.zeros(len(ts), dtype=np.int64)
         slices = pa.array(slice_start, pa.int64(), mask=null_ts if null_ts.any() else None)
         table = table.append_column("__hw_slice", slices)
-        sum_opts = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
+        # min_count=1: the sum of a slice whose values are all null is null (SQL's SUM).
+        sum_opts = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
         specs: list[tuple] = [(TS, "min")]
         for p in lift.partials:
             if p.how == "sum":

@@ -110,7 +110,12 @@ class ShardLogic:
         if data is not None and data.num_rows:
             keys = data[KEY].to_numpy(zero_copy_only=False)
             ts = data[TS].to_numpy(zero_copy_only=False)
-            values = data.select(list(plan.input_cols)).to_pandas() if plan.input_cols else None
+            # Integers with nulls (lifted partial sums) stay exact: objects, not floats.
+            values = (
+                data.select(list(plan.input_cols)).to_pandas(integer_object_nulls=True)
+                if plan.input_cols
+                else None
+            )
             if plan.needs_dummy:
                 # Combiners without an input column (Count) read the reducer's
                 # default column; give it one of the bundle's length.
@@ -181,15 +186,11 @@ class ShardLogic:
         schema = plan.out_schema
         for output in plan.outputs:
             name = output.name
-            if output.how in ("mean", "sum"):  # lifted: sum and non-null count partials
-                total = pd.to_numeric(panes[output.column]).to_numpy()
+            if output.how == "mean":  # lifted: sum and non-null count partials
+                total = pd.to_numeric(panes[output.column]).to_numpy(np.float64)
                 count = pd.to_numeric(panes[output.count_column]).to_numpy(np.float64)
-                if output.how == "mean":
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        col = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-                else:
-                    col = pd.array(total)  # exact ints, with NULL where no non-null input
-                    col[count == 0] = pd.NA
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    col = np.where(count > 0, total / np.maximum(count, 1), np.nan)
             else:
                 col = panes[output.column]
             # NULLs of the core (NaN, None) become Spark nulls of the output's type.

@@ -61,12 +61,12 @@ class Lift:
 class Output:
     """How an aggregation's output column is read off the reducer's panes.
 
-    ``direct``: the reducer's column ``column``; ``sum`` / ``mean`` (lifted):
-    from a sum column and a non-null count column (``count_column``).
+    ``direct``: the reducer's column ``column``; ``mean`` (lifted): the ratio of
+    a sum column and a non-null count column (``count_column``).
     """
 
     name: str
-    how: Literal["direct", "sum", "mean"]
+    how: Literal["direct", "mean"]
     column: str
     count_column: str = ""
 
