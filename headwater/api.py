@@ -584,7 +584,7 @@ class WindowedAggregation:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        from headwater.runners.spark.batch import millis_to_timestamp
+        from headwater.runners.spark.types import millis_to_timestamp
 
         if self.plan.event_time_type != types.TIMESTAMP:
             return panes  # epoch ms in, epoch ms out

@@ -113,7 +113,6 @@ __all__ = [
     "NO_WINDOW",
     "compile_bounded",
     "event_time_millis",
-    "millis_to_timestamp",
     "spark_aggregate",
 ]
 
@@ -129,12 +128,6 @@ _END = "__hw_end"
 _SID = "__hw_sid"
 _MIN_TS = "__hw_min_ts"
 _MAX_TS = "__hw_max_ts"
-
-# The instants a Spark TIMESTAMP holds in practice (and Python's datetime can
-# collect): 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z, in epoch ms. The same
-# range as the streaming runner's.
-SPARK_MIN_MS = -62_135_596_800_000
-SPARK_MAX_MS = 253_402_300_799_999
 
 
 # --------------------------------------------------------------------------- time
@@ -157,22 +150,6 @@ def event_time_millis(df: DataFrame, column: str) -> Column:
         "TIMESTAMP or an integral column of epoch milliseconds (cast it, e.g. "
         f"F.col({column!r}).cast('timestamp') or F.timestamp_millis(...))"
     )
-
-
-def millis_to_timestamp(col: Column | str) -> Column:
-    """Epoch milliseconds as a Spark ``TIMESTAMP``; null outside years 1 to 9999.
-
-    Only the global window's bounds (+-2**62 ms, "the ends of time") and its
-    END_OF_WINDOW output timestamp fall outside, so in timestamp form they are
-    null, as in the streaming runner's output.
-    """
-    c = F.col(col) if isinstance(col, str) else col
-    return F.when(c.between(SPARK_MIN_MS, SPARK_MAX_MS), F.timestamp_millis(c))
-
-
-def is_timestamp_column(df: DataFrame, column: str) -> bool:
-    """Whether outputs of this event-time column are given as timestamps (else epoch ms)."""
-    return isinstance(_field(df, column).dataType, (T.TimestampType, T.TimestampNTZType))
 
 
 def _field(df: DataFrame, column: str) -> T.StructField:

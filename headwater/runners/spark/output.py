@@ -25,22 +25,13 @@ from pyspark.sql import types as T
 
 from headwater.model.schema import PANE_COLUMNS, PANE_METADATA
 from headwater.model.types import INT64, TIMESTAMP
-from headwater.runners.spark.types import to_spark
+from headwater.runners.spark.types import millis_to_timestamp, to_spark
 from headwater.runners.spark.worker import DROP, KEY
-
-#: Spark's timestamp range in epoch ms (0001-01-01 .. 9999-12-31T23:59:59.999).
-SPARK_MIN_MS = -62_135_596_800_000
-SPARK_MAX_MS = 253_402_300_799_999
 
 #: The operator's pane metadata: times in epoch ms (decoded to timestamps after).
 PANE_FIELDS = tuple(
     T.StructField(f.name, to_spark(INT64 if f.type == TIMESTAMP else f.type)) for f in PANE_METADATA
 )
-
-
-def ms_to_timestamp(col: Column) -> Column:
-    """Epoch ms as a Spark timestamp; null outside the years 1 to 9999."""
-    return F.when(col.between(SPARK_MIN_MS, SPARK_MAX_MS), F.timestamp_millis(col))
 
 
 def decode(
@@ -62,7 +53,7 @@ def decode(
 
     def ts(name: str) -> Column:
         if timestamps == "timestamp":
-            return ms_to_timestamp(F.col(name)).alias(name)
+            return millis_to_timestamp(F.col(name)).alias(name)
         return F.col(name)
 
     dropped = F.when(
@@ -119,4 +110,4 @@ def observe_counts(df: DataFrame, name: str = "headwater") -> DataFrame:
     )
 
 
-__all__ = ["decode", "dead_letters", "ms_to_timestamp", "observe_counts", "panes"]
+__all__ = ["decode", "dead_letters", "observe_counts", "panes"]

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from headwater.model import types as HT
 from headwater.model.types import DataType, DecimalType, ListType
 
-__all__ = ["of_spark", "to_spark", "to_spark_pandas"]
+__all__ = ["millis_to_timestamp", "of_spark", "to_spark", "to_spark_pandas"]
+
+# The instants a Spark TIMESTAMP holds in practice (and Python's datetime can
+# collect): 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z, in epoch ms.
+SPARK_MIN_MS = -62_135_596_800_000
+SPARK_MAX_MS = 253_402_300_799_999
 
 _TO_SPARK: dict[DataType, T.DataType] = {
     HT.BOOLEAN: T.BooleanType(),
@@ -97,3 +104,14 @@ def to_spark_pandas(values, t: T.DataType):
             s = pd.to_numeric(s, errors="coerce")
         return s.to_numpy(np.float64, na_value=np.nan)
     return values.to_numpy() if isinstance(values, pd.Series) else values
+
+
+def millis_to_timestamp(col: Column | str) -> Column:
+    """Epoch milliseconds as a Spark ``TIMESTAMP``; null outside years 1 to 9999.
+
+    Only the global window's bounds (+-2**62 ms, "the ends of time") and its
+    END_OF_WINDOW output timestamp fall outside, so in timestamp form they are
+    null, on the bounded and the streaming runner alike.
+    """
+    c = F.col(col) if isinstance(col, str) else col
+    return F.when(c.between(SPARK_MIN_MS, SPARK_MAX_MS), F.timestamp_millis(c))
