@@ -28,10 +28,20 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "run windowing/trigger conformance transcripts",
         "FILE.yaml [FILE.yaml ...] [--runner local|spark]",
     ),
+    "sql": (
+        "headwater.sql.cli",
+        "run streaming SQL over recorded streams or tables",
+        '"QUERY" --replay T=FILE --event-time T.COL | -f FILE.sql',
+    ),
     "bench": (
         "headwater.bench",
         "run the benchmarks (ratios against Spark-native)",
         "[options]",
+    ),
+    "experiment": (
+        "headwater.hybrid.experiment",
+        "run the hybrid-model experiment (HPM vs MP-K-slack and AQ-K-slack)",
+        "hpm --profile game1|game2 --out DIR [options]",
     ),
 }
 

@@ -26,7 +26,7 @@ from pyspark.sql import types as T
 from headwater.model.schema import PANE_COLUMNS, PANE_METADATA
 from headwater.model.types import INT64, TIMESTAMP
 from headwater.runners.spark.types import millis_to_timestamp, to_spark
-from headwater.runners.spark.worker import DROP, KEY
+from headwater.runners.spark.worker import DROP, KEY, OUT
 
 #: The operator's pane metadata: times in epoch ms (decoded to timestamps after).
 PANE_FIELDS = tuple(
@@ -42,8 +42,10 @@ def decode(
     aggregations: Sequence[str],
     input_cols: Sequence[str],
     timestamps: str,
+    transformed: Sequence[str] = (),
 ) -> DataFrame:
-    """The operator's rows as the runner's output: keys, times and dead letters decoded."""
+    """The operator's rows as the runner's output: keys, times and dead letters
+    decoded; a pane transform's columns (``transformed``) last, unprefixed."""
     if raw_key:
         key_cols = [F.col(KEY).alias(keys[0])]
     else:
@@ -73,7 +75,13 @@ def decode(
         ts("timestamp"),
         *[F.col(n) for n in PANE_COLUMNS[1:]],
         dropped,
+        *[F.col(OUT + name).alias(name) for name in transformed],
     )
+
+
+def changes(df: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """The rows of a pane transform (kind ``'change'``): its ``columns``."""
+    return df.where(F.col("kind") == "change").select(*columns)
 
 
 def panes(df: DataFrame) -> DataFrame:
@@ -87,8 +95,9 @@ def dead_letters(df: DataFrame) -> DataFrame:
     partial aggregate) and the input columns the aggregations read (lifted:
     the partial aggregates, named ``sum_<col>``, ``max_<col>``...)."""
     meta = {"kind", "dropped", "window_start", "window_end", *PANE_COLUMNS}
+    last = df.columns.index("dropped")
     dropped_fields = df.schema["dropped"].dataType.fieldNames()
-    data_cols = [c for c in df.columns if c not in meta]
+    data_cols = [c for c in df.columns[:last] if c not in meta]
     # key columns come first in the output; aggregation outputs follow the window
     key_cols = data_cols[: df.columns.index("window_start") - 1]
     return df.where(F.col("kind") == "dropped").select(
@@ -110,4 +119,4 @@ def observe_counts(df: DataFrame, name: str = "headwater") -> DataFrame:
     )
 
 
-__all__ = ["decode", "dead_letters", "observe_counts", "panes"]
+__all__ = ["changes", "decode", "dead_letters", "observe_counts", "panes"]

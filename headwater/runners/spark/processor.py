@@ -18,25 +18,33 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 #: One value per shard: the Reducer's snapshot and the shard's event-time timer.
 STATE_SCHEMA = "blob BINARY, timer BIGINT"
+#: The snapshot of a pane transform's state (a plan with one).
+TRANSFORM_SCHEMA = "blob BINARY"
 
 
 class ShardProcessor(StatefulProcessor):
     """Runs one shard's Reducer per micro-batch (grouping key: the shard id)."""
 
-    def __init__(self, plan_blob: bytes) -> None:
+    def __init__(self, plan_blob: bytes, has_transform: bool = False) -> None:
         self.plan_blob = plan_blob
+        self.has_transform = has_transform
         self._logic: Any = None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState("reducer", STATE_SCHEMA)
+        self.transform_state = (
+            handle.getValueState("transform", TRANSFORM_SCHEMA) if self.has_transform else None
+        )
         self._logic = None
 
     def _impl(self) -> Any:
         if self._logic is None:
             from headwater.runners.spark.shard_logic import ShardLogic
 
-            self._logic = ShardLogic(pickle.loads(self.plan_blob), self.handle, self.state)
+            self._logic = ShardLogic(
+                pickle.loads(self.plan_blob), self.handle, self.state, self.transform_state
+            )
         return self._logic
 
     def handleInputRows(self, key, rows, timerValues):

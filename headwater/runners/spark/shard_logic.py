@@ -37,6 +37,7 @@ from headwater.runners.spark.worker import (
     DROP,
     KEY,
     KIND,
+    OUT,
     PROC,
     TS,
     WM,
@@ -50,10 +51,11 @@ class ShardLogic:
     """One shard's step per micro-batch: load the Reducer, apply the bundle and the
     watermark / clock advances, save it, move the timer, emit (see ``processor.py``)."""
 
-    def __init__(self, plan: WorkerPlan, handle: Any, state: Any) -> None:
+    def __init__(self, plan: WorkerPlan, handle: Any, state: Any, transform_state=None) -> None:
         self.plan = plan
         self.handle = handle
         self.state = state
+        self.transform_state = transform_state
 
     def input_rows(self, rows, tv: TimerValues):
         table = profiled("unpack", unpack, rows)
@@ -71,7 +73,23 @@ class ShardLogic:
         emission = apply_step(reducer, batch)
         wm = batch.watermark if batch.watermark is not None else batch.arrival_watermark
         self.state.update((reducer.snapshot(), self._move_timer(reducer, wm, timer, expired)))
-        return self._output([emission, Emission(emission.panes.iloc[:0], nulls)])
+        changes = None
+        if self.plan.transform is not None:
+            changes = self._transform(emission.panes, int(batch.now))
+            emission = Emission(emission.panes.iloc[:0], emission.dropped)
+        return self._output([emission, Emission(emission.panes.iloc[:0], nulls)], changes)
+
+    def _transform(self, panes: pd.DataFrame, now: int) -> pd.DataFrame | None:
+        """The plan's pane transform over this step's panes; its state is read and
+        written only when panes fired."""
+        if not len(panes):
+            return None
+        transform = self.plan.transform
+        stored = self.transform_state.get()
+        state = transform.restore(bytes(stored[0]) if stored is not None else None)
+        out = transform.apply(panes, now, state)
+        self.transform_state.update((transform.snapshot(state),))
+        return out
 
     def _micro_batch(self, table: pa.Table | None, tv: TimerValues):
         """This shard's part of the micro-batch as one model step, and the rows
@@ -159,7 +177,9 @@ class ShardLogic:
         self.handle.registerTimer(want)
         return want
 
-    def _output(self, parts: list[Emission]) -> list[pd.DataFrame]:
+    def _output(
+        self, parts: list[Emission], changes: pd.DataFrame | None = None
+    ) -> list[pd.DataFrame]:
         """At most two frames (panes, dropped) in the output schema's column order.
 
         The reducer's frames are concatenated first, while their columns are
@@ -176,6 +196,20 @@ class ShardLogic:
         if dropped:
             frame = dropped[0] if len(dropped) == 1 else pd.concat(dropped, ignore_index=True)
             out.append(self._dropped_frame(frame)[names])
+        if changes is not None and len(changes):
+            out.append(self._change_frame(changes)[names])
+        return out
+
+    def _change_frame(self, changes: pd.DataFrame) -> pd.DataFrame:
+        """A pane transform's rows: kind 'change', its columns (prefixed), the rest null."""
+        schema = self.plan.out_schema
+        out = pd.DataFrame({"kind": np.full(len(changes), "change", dtype=object)})
+        for name in schema.fieldNames():
+            if name.startswith(OUT):
+                column = changes[name[len(OUT) :]].reset_index(drop=True)
+                out[name] = to_spark_pandas(column, schema[name].dataType)
+            elif name != "kind":
+                out[name] = None
         return out
 
     def _pane_frame(self, panes: pd.DataFrame) -> pd.DataFrame:

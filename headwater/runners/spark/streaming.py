@@ -84,6 +84,7 @@ from headwater.model.plan import (
     null_event_time_error,
 )
 from headwater.model.strategy import WindowingStrategy
+from headwater.model.transform import PaneTransform
 from headwater.model.watermarks import (
     BoundedOutOfOrderness,
     Punctuated,
@@ -105,6 +106,7 @@ from headwater.runners.spark.worker import (
     DROP,
     KEY,
     KIND,
+    OUT,
     PACKET_SCHEMA,
     PROC,
     SHARD,
@@ -227,6 +229,7 @@ def compile_streaming(
     timestamps: str | None = None,
     max_packet_rows: int = 1_000_000,
     lift: bool | str = "auto",
+    transform: PaneTransform | None = None,
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -245,7 +248,9 @@ def compile_streaming(
     each packet pre-aggregates its rows per key and window slice before the
     shuffle, so the reducer sees partial aggregates; panes are the same, but a
     dead letter is then one partial aggregate of ``elements`` dropped elements
-    instead of one element.
+    instead of one element. ``transform``: a front end's pane transform
+    (:mod:`headwater.model.transform`), run in each shard after every step; its
+    rows (kind ``'change'``, its columns) replace the panes.
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -342,6 +347,11 @@ def compile_streaming(
     out_fields.append(T.StructField("reason", T.StringType()))
     out_fields.append(T.StructField(DROP + "elements", T.LongType()))
     out_fields += [T.StructField(DROP + c, t) for c, t in drop_types.items()]
+    transformed: list[str] = []
+    if transform is not None:
+        for f in transform.output_fields():
+            out_fields.append(T.StructField(OUT + f.name, to_spark(f.type, what=repr(f.name))))
+            transformed.append(f.name)
     out_schema = T.StructType(out_fields)
 
     worker_plan = WorkerPlan(
@@ -358,15 +368,18 @@ def compile_streaming(
         max_packet_rows=int(max_packet_rows),
         needs_dummy=any(col is None for _, col in reducer_aggs.values())
         and "value" not in reducer_inputs,
+        transform=transform,
     )
     packets = flat.mapInArrow(Packer(worker_plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
-        statefulProcessor=ShardProcessor(cloudpickle.dumps(worker_plan)),
+        statefulProcessor=ShardProcessor(
+            cloudpickle.dumps(worker_plan), has_transform=transform is not None
+        ),
         outputStructType=out_schema,
         outputMode="Append",
         timeMode="EventTime",
     )
-    out = decode(result, keys, key_fields, raw_key, aggs, list(drop_types), timestamps)
+    out = decode(result, keys, key_fields, raw_key, aggs, list(drop_types), timestamps, transformed)
     return out.drop(_NO_KEY) if not plan.keys else out
 
 

@@ -36,6 +36,8 @@ N = "__hw_n"  # elements per (lifted) row
 CONTROL_KINDS = pa.array(["tick", "clock"], pa.string())
 #: Prefix of the operator's output columns that carry a dead letter's fields.
 DROP = "dropped_"
+#: Prefix of the operator's output columns that carry a pane transform's rows.
+OUT = "__hw_out_"
 PACKET_SCHEMA = "shard INT, n BIGINT, payload BINARY"
 
 
@@ -87,6 +89,9 @@ class WorkerPlan:
     out_schema: T.StructType
     max_packet_rows: int
     needs_dummy: bool = False  # an aggregation without input column, and no 'value' input
+    #: a front end's pane transform (headwater.model.transform): output rows of kind
+    #: 'change' replace the panes
+    transform: Any = None
 
 
 _PROFILERS: dict[str, Any] = {}

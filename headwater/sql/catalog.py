@@ -1,0 +1,123 @@
+"""The tables a query reads: their rows, event time and watermark.
+
+A table is a stream (a replay of recorded arrivals, or a streaming Spark
+DataFrame) or a bounded table (a pandas or Spark DataFrame, a fixed file set).
+A stream declares its event-time column and where its watermark comes from:
+watermark events of its replay (punctuated), or ``WATERMARK FOR col AS col -
+INTERVAL ...`` (bounded out-of-orderness).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headwater.model.time import MIN_TIMESTAMP
+from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
+from headwater.sql.errors import SqlError
+
+#: Column of a replayed table's rows: their processing time (epoch ms).
+PTIME = "__ptime"
+
+
+@dataclass
+class Table:
+    """One table of the catalog. ``frame`` holds local rows (a replay's with
+    :data:`PTIME`); ``spark`` a Spark DataFrame; ``watermarks`` a replay's
+    watermark events (columns ``ptime``, ``watermark``, epoch ms)."""
+
+    name: str
+    frame: pd.DataFrame | None = None
+    spark: Any = None
+    event_time: str | None = None
+    watermark: WatermarkStrategy | None = None
+    allowed_lateness: int = 0
+    watermarks: pd.DataFrame | None = None
+    types: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_replay(self) -> bool:
+        return self.frame is not None and PTIME in self.frame.columns
+
+    @property
+    def is_stream(self) -> bool:
+        return self.is_replay or bool(getattr(self.spark, "isStreaming", False))
+
+    @property
+    def columns(self) -> list[str]:
+        if self.frame is not None:
+            return [c for c in self.frame.columns if c != PTIME]
+        if self.spark is not None:
+            return list(self.spark.columns)
+        return list(self.types)
+
+
+class Catalog:
+    """Tables by name (case-insensitive, as SQL identifiers)."""
+
+    def __init__(self, tables: Mapping[str, Table] | None = None) -> None:
+        self._tables: dict[str, Table] = {}
+        for table in (tables or {}).values():
+            self.add(table)
+
+    def add(self, table: Table) -> None:
+        self._tables[table.name.lower()] = table
+
+    def get(self, name: str, node=None) -> Table:
+        table = self._tables.get(name.lower())
+        if table is None:
+            from headwater.sql.errors import position
+
+            line, col = position(node) if node is not None else (None, None)
+            known = ", ".join(sorted(t.name for t in self._tables.values())) or "none"
+            raise SqlError(
+                f"unknown table {name!r}",
+                line,
+                col,
+                f"Known tables: {known}. Pass it in tables=... or --replay {name}=FILE",
+            )
+        return table
+
+    def __iter__(self):
+        return iter(self._tables.values())
+
+
+def watermark_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:
+    """The table's watermark after each step (processing times ``ptimes``, sorted):
+    its replay's watermark events, or the largest event time so far minus the
+    declared delay."""
+    out = np.full(len(ptimes), MIN_TIMESTAMP, dtype=np.int64)
+    if table.watermarks is not None and len(table.watermarks):
+        wm = table.watermarks.sort_values("ptime", kind="stable")
+        idx = np.searchsorted(wm["ptime"].to_numpy(np.int64), ptimes, side="right") - 1
+        marks = np.maximum.accumulate(wm["watermark"].to_numpy(np.int64))
+        out = np.where(idx >= 0, marks[np.maximum(idx, 0)], MIN_TIMESTAMP)
+        return out
+    if isinstance(table.watermark, BoundedOutOfOrderness) and table.frame is not None:
+        et = event_millis(table.frame[table.event_time])
+        arrival = table.frame[PTIME].to_numpy(np.int64)
+        order = np.argsort(arrival, kind="stable")
+        seen = np.maximum.accumulate(np.where(np.isnan(et[order]), -np.inf, et[order]))
+        idx = np.searchsorted(arrival[order], ptimes, side="right") - 1
+        top = np.where(idx >= 0, seen[np.maximum(idx, 0)], -np.inf)
+        valid = np.isfinite(top)
+        out[valid] = top[valid].astype(np.int64) - table.watermark.delay
+    return out
+
+
+def event_millis(column: pd.Series) -> np.ndarray:
+    """Event times as float epoch ms (NaN for NULL): timestamps or integer ms."""
+    if pd.api.types.is_datetime64_any_dtype(column):
+        values = column.dt.tz_localize(None) if column.dt.tz is not None else column
+        ms = values.to_numpy("datetime64[ms]").astype(np.int64).astype(np.float64)
+        ms[values.isna().to_numpy()] = np.nan
+        return ms
+    return pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
+
+
+def is_punctuated(table: Table) -> bool:
+    return isinstance(table.watermark, Punctuated)

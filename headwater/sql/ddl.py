@@ -1,0 +1,192 @@
+"""Durations and table definitions, as headwater's model needs them.
+
+The model keeps every duration in milliseconds, so window sizes, delays and
+watermark bounds are read from INTERVAL literals here once. ``CREATE TABLE``
+declares a source (with its event time and watermark) or a sink; it becomes a
+plain :class:`SourceDef` so the catalog never walks a syntax tree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+
+from headwater.sql.errors import SqlError, position
+
+_UNIT_MS = {
+    "MILLISECOND": 1,
+    "SECOND": 1_000,
+    "MINUTE": 60_000,
+    "HOUR": 3_600_000,
+    "DAY": 86_400_000,
+}
+#: The fields of a day-time span such as INTERVAL '1:30' MINUTE TO SECOND, largest first.
+_SPAN_UNITS = ("DAY", "HOUR", "MINUTE", "SECOND")
+_INTERVAL_HINT = "Write a fixed-length INTERVAL such as INTERVAL '10' MINUTE"
+_WATERMARK_HINT = "Write WATERMARK FOR ts AS ts - INTERVAL '5' SECOND (or AS ts for no delay)"
+
+
+def interval_ms(node: exp.Expr) -> int:
+    """Milliseconds of an INTERVAL literal (SqlError if it has no fixed length)."""
+    if isinstance(node, exp.Add):  # INTERVAL '1' HOUR '30' MINUTE
+        return interval_ms(node.this) + interval_ms(node.expression)
+    ms = _literal_ms(node) if isinstance(node, exp.Interval) else None
+    if ms is None:
+        raise SqlError(f"cannot read {node.sql()} as a duration", *position(node), _INTERVAL_HINT)
+    return ms
+
+
+def interval_sql(ms: int) -> str:
+    """``ms`` as an INTERVAL in the largest unit that divides it, for readable explain() output."""
+    unit = next(u for u in reversed(_UNIT_MS) if ms % _UNIT_MS[u] == 0)
+    return f"INTERVAL '{ms // _UNIT_MS[unit]}' {unit}"
+
+
+def _literal_ms(interval: exp.Interval) -> int | None:
+    text = interval.this.name if interval.this else ""
+    unit = interval.args.get("unit")
+    if isinstance(unit, exp.IntervalSpan):
+        ms = _span_ms(text, unit.this.name.upper(), unit.expression.name.upper())
+    else:
+        ms = _scaled(text, _unit_ms(unit.name if unit else ""))
+    return int(ms) if ms is not None and ms == int(ms) else None
+
+
+def _unit_ms(unit: str) -> int | None:
+    """MINUTE and MINUTES alike (Flink writes plurals)."""
+    unit = unit.upper()
+    return _UNIT_MS.get(unit) or _UNIT_MS.get(unit.removesuffix("S"))
+
+
+def _scaled(text: str, unit_ms: int | None) -> Decimal | None:
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        return None
+    return value * unit_ms if unit_ms is not None and value.is_finite() else None
+
+
+def _span_ms(text: str, first: str, last: str) -> Decimal | None:
+    """INTERVAL '1 02:03:04' DAY TO SECOND: one field per unit from ``first`` to ``last``."""
+    if first not in _SPAN_UNITS or last not in _SPAN_UNITS:
+        return None
+    units = _SPAN_UNITS[_SPAN_UNITS.index(first) : _SPAN_UNITS.index(last) + 1]
+    sign = -1 if text.strip().startswith("-") else 1
+    fields = re.split(r"[ :]", text.strip().lstrip("-"))
+    if len(fields) != len(units):
+        return None
+    parts = [_scaled(field, _UNIT_MS[unit]) for field, unit in zip(fields, units, strict=True)]
+    return None if None in parts else sign * sum(parts)
+
+
+@dataclass(frozen=True)
+class SourceDef:
+    """A table declared by CREATE TABLE: a source, or a sink (no watermark)."""
+
+    name: str
+    columns: dict[str, str]
+    event_time: str | None
+    watermark_delay_ms: int | None
+    options: dict[str, str]
+    line: int | None
+
+
+def source_def(create: exp.Create) -> SourceDef:
+    """The table ``create`` declares (SqlError if headwater cannot use it)."""
+    schema = create.this
+    if create.kind != "TABLE" or not isinstance(schema, exp.Schema):
+        raise SqlError(
+            "CREATE TABLE needs a column list",
+            *position(create),
+            "Write CREATE TABLE name (col TYPE, ...) WITH ('path' = ..., 'format' = ...)",
+        )
+    columns = _columns(schema)
+    event_time, delay = _watermark(schema, columns)
+    return SourceDef(
+        name=schema.this.name,
+        columns=columns,
+        event_time=event_time,
+        watermark_delay_ms=delay,
+        options=_options(create),
+        line=position(create)[0],
+    )
+
+
+def _columns(schema: exp.Schema) -> dict[str, str]:
+    columns: dict[str, str] = {}
+    for item in schema.expressions:
+        if isinstance(item, exp.WatermarkColumnConstraint):
+            continue
+        if not isinstance(item, exp.ColumnDef) or item.args.get("kind") is None:
+            raise SqlError(
+                f"{item.sql()} is not a column definition",
+                *position(item),
+                "A table lists columns (name TYPE) and at most one WATERMARK FOR clause",
+            )
+        if item.name in columns:
+            raise SqlError(f"column {item.name!r} is declared twice", *position(item))
+        columns[item.name] = re.sub(r",\s+", ",", item.args["kind"].sql()).upper()
+    return columns
+
+
+def _watermark(schema: exp.Schema, columns: dict[str, str]) -> tuple[str | None, int | None]:
+    """(event-time column, watermark delay in ms) of the WATERMARK FOR clause, if any."""
+    clauses = [e for e in schema.expressions if isinstance(e, exp.WatermarkColumnConstraint)]
+    if not clauses:
+        return None, None
+    if len(clauses) > 1:
+        raise SqlError("a table has at most one WATERMARK FOR clause", *position(clauses[1]))
+    column, bound = clauses[0].this, clauses[0].expression
+    if column.name not in columns:
+        raise SqlError(
+            f"WATERMARK FOR names {column.name!r}, which is not a column of the table",
+            *position(column),
+            f"Its columns are {', '.join(columns)}",
+        )
+    if not columns[column.name].startswith("TIMESTAMP"):
+        raise SqlError(
+            f"the event time {column.name!r} is {columns[column.name]}, not a TIMESTAMP",
+            *position(column),
+            "Declare the event-time column as TIMESTAMP",
+        )
+    return column.name, _watermark_delay(column, bound)
+
+
+def _watermark_delay(column: exp.Column, bound: exp.Expr) -> int:
+    """0 for ``AS ts``; the interval of ``AS ts - INTERVAL ...``."""
+    if isinstance(bound, exp.Column) and bound.name == column.name:
+        return 0
+    if not (isinstance(bound, exp.Sub) and isinstance(bound.this, exp.Column)):
+        raise SqlError(f"unsupported watermark {bound.sql()}", *position(bound), _WATERMARK_HINT)
+    if bound.this.name != column.name:
+        raise SqlError(
+            f"the watermark of {column.name!r} is computed from {bound.this.name!r}",
+            *position(bound),
+            _WATERMARK_HINT,
+        )
+    delay = interval_ms(bound.expression)
+    if delay < 0:
+        raise SqlError("the watermark delay must not be negative", *position(bound.expression))
+    return delay
+
+
+def _options(create: exp.Create) -> dict[str, str]:
+    """WITH ('key' = 'value', ...), keys lower-case; an unquoted FORMAT = reads the same."""
+    options: dict[str, str] = {}
+    properties = create.args.get("properties")
+    for prop in properties.expressions if properties else []:
+        if isinstance(prop, exp.FileFormatProperty):
+            options["format"] = prop.this.name
+        elif isinstance(prop, exp.Property):
+            value = prop.args["value"]
+            options[prop.name.lower()] = value.name if value.is_string else value.sql()
+        else:
+            raise SqlError(
+                f"unsupported table option {prop.sql()}",
+                *position(prop),
+                "Write WITH ('path' = '...', 'format' = 'parquet')",
+            )
+    return options

@@ -1,0 +1,573 @@
+"""headwater's streaming SQL, as a sqlglot dialect.
+
+The language is the one of "One SQL to Rule Them All" (Begoli et al., 2019):
+windowing table functions in FROM (``Tumble``, ``Hop``, ``Session``, also in
+Flink's spelling ``TABLE(TUMBLE(TABLE t, ...))``) and an ``EMIT`` clause that
+ends a query. Each TVF spelling parses to one :class:`WindowTVF` node and the
+EMIT clause to an :class:`Emit` node in ``query.args["emit"]``, so the planner
+sees one shape whatever was written. The rest is sqlglot's ANSI-ish default
+dialect; CREATE TABLE accepts ``WATERMARK FOR ts AS ts - INTERVAL ...``.
+
+Every problem is a :class:`SqlError` positioned at the offending token.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+from sqlglot import exp, generator
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.parsers.base import BaseParser
+from sqlglot.tokens import Token, TokenType
+
+from headwater.sql.ddl import SourceDef, interval_ms, interval_sql, source_def
+from headwater.sql.errors import SqlError, position, token_position
+
+__all__ = [
+    "Emit",
+    "Headwater",
+    "SourceDef",
+    "SqlError",
+    "WindowTVF",
+    "parse",
+    "parse_query",
+    "position",
+    "source_def",
+]
+
+
+class WindowTVF(exp.Expression):
+    """A windowing table function in FROM (or JOIN), normalized from every spelling.
+
+    ``size``/``slide``/``offset``/``gap`` are ints (ms); ``flink`` tells which
+    window columns it adds (Flink's window_start/window_end/window_time, or
+    the paper's wstart/wend).
+    """
+
+    arg_types = {
+        "kind": True,
+        "this": True,
+        "timecol": True,
+        "size": False,
+        "slide": False,
+        "offset": False,
+        "gap": False,
+        "keys": False,
+        "flink": False,
+        "alias": False,
+    }
+
+
+class Emit(exp.Expression):
+    """A query's EMIT clause: ``stream`` (a changelog), AFTER WATERMARK, AFTER DELAY (ms)."""
+
+    arg_types = {"stream": False, "watermark": False, "delay": False}
+
+
+WINDOW_KINDS = ("TUMBLE", "HOP", "SESSION")
+
+#: Parameters in positional order, per (Flink spelling?, kind). Flink's HOP takes
+#: the slide before the size, the paper's Hop the size (dur) before the hop.
+_SIGNATURES: dict[tuple[bool, str], tuple[str, ...]] = {
+    (False, "TUMBLE"): ("DATA", "TIMECOL", "DUR", "OFFSET"),
+    (False, "HOP"): ("DATA", "TIMECOL", "DUR", "HOPSIZE", "OFFSET"),
+    (False, "SESSION"): ("DATA", "TIMECOL", "GAP", "KEYS"),
+    (True, "TUMBLE"): ("DATA", "TIMECOL", "SIZE", "OFFSET"),
+    (True, "HOP"): ("DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"),
+    (True, "SESSION"): ("DATA", "TIMECOL", "GAP"),
+}
+#: The WindowTVF arg each parameter fills.
+_PARAM_ARG = {
+    "DATA": "this",
+    "TIMECOL": "timecol",
+    "DUR": "size",
+    "SIZE": "size",
+    "HOPSIZE": "slide",
+    "SLIDE": "slide",
+    "OFFSET": "offset",
+    "GAP": "gap",
+    "KEYS": "keys",
+}
+_OPTIONAL = frozenset({"OFFSET", "KEYS"})
+_EXAMPLES = {"DATA": "TABLE(t)", "TIMECOL": "DESCRIPTOR(ts)", "KEYS": "DESCRIPTOR(k)"}
+_EXAMPLE_INTERVAL = "INTERVAL '1' MINUTE"
+
+_EMIT_HINT = (
+    "Valid forms: EMIT STREAM, EMIT [STREAM] AFTER WATERMARK, "
+    "EMIT [STREAM] AFTER DELAY INTERVAL '1' MINUTE, "
+    "EMIT [STREAM] AFTER DELAY INTERVAL '1' MINUTE AND AFTER WATERMARK; "
+    "EMIT comes last, after ORDER BY and LIMIT"
+)
+_SCRIPT_HINT = "A script holds SELECT queries, CREATE TABLE and INSERT INTO ... SELECT"
+
+
+class _TvfArg(t.NamedTuple):
+    """One argument of a windowing TVF as written, with the tokens errors point at."""
+
+    name: Token | None
+    at: Token
+    value: exp.Expr
+    keys: list[exp.Expr] | None  # PARTITION BY after a TABLE argument
+
+
+def _shown(param: str, flink: bool) -> str:
+    return param if flink else param.lower()
+
+
+def _arg_error(message: str, arg: _TvfArg, hint: str = "") -> SqlError:
+    return SqlError(message, *token_position(arg.at), hint)
+
+
+def _data(what: str, arg: _TvfArg) -> exp.Expr:
+    if isinstance(arg.value, (exp.Table, exp.Subquery)):
+        return arg.value
+    raise _arg_error(
+        f"{what} must be a table, written TABLE(name) or TABLE name",
+        arg,
+        "A subquery works too: TABLE(SELECT ...) or (SELECT ...)",
+    )
+
+
+def _columns(what: str, arg: _TvfArg, columns: list[exp.Expr]) -> list[exp.Column]:
+    if not columns or not all(isinstance(c, exp.Column) for c in columns):
+        raise _arg_error(f"{what} must name columns", arg, "Write DESCRIPTOR(column)")
+    return t.cast(list[exp.Column], columns)
+
+
+def _descriptor(what: str, arg: _TvfArg) -> list[exp.Column]:
+    value = arg.value
+    if not (isinstance(value, exp.Anonymous) and value.name.upper() == "DESCRIPTOR"):
+        raise _arg_error(f"{what} must be DESCRIPTOR(column)", arg, "Write DESCRIPTOR(column)")
+    return _columns(what, arg, value.expressions)
+
+
+def _timecol(what: str, arg: _TvfArg) -> exp.Column:
+    columns = _descriptor(what, arg)
+    if len(columns) != 1:
+        raise _arg_error(f"{what} names one event-time column", arg, "Write DESCRIPTOR(column)")
+    return columns[0]
+
+
+def _duration(what: str, arg: _TvfArg) -> int:
+    value = arg.value.unnest()
+    if not isinstance(value, (exp.Interval, exp.Add)):
+        raise _arg_error(f"{what} must be an INTERVAL", arg, f"Write e.g. {_EXAMPLE_INTERVAL}")
+    return interval_ms(value)
+
+
+def _positive(what: str, arg: _TvfArg) -> int:
+    ms = _duration(what, arg)
+    if ms <= 0:
+        raise _arg_error(f"{what} must be positive, not {arg.value.sql()}", arg)
+    return ms
+
+
+#: How each WindowTVF arg is read from its argument, given a description for errors.
+_READERS: dict[str, t.Callable[[str, _TvfArg], t.Any]] = {
+    "this": _data,
+    "timecol": _timecol,
+    "keys": _descriptor,
+    "size": _positive,
+    "slide": _positive,
+    "gap": _positive,
+    "offset": _duration,
+}
+
+
+def _usage(call: Token, signature: tuple[str, ...], flink: bool) -> str:
+    """A correct call, named argument by argument, for hints."""
+    text = ""
+    for param in signature:
+        arg = f"{_shown(param, flink)} => {_EXAMPLES.get(param, _EXAMPLE_INTERVAL)}"
+        text += f"[, {arg}]" if param in _OPTIONAL else f"{', ' if text else ''}{arg}"
+    return f"Write TABLE({call.text}({text}))" if flink else f"Write {call.text}({text})"
+
+
+def _param(call: Token, signature: tuple[str, ...], index: int, arg: _TvfArg, flink: bool) -> str:
+    """The parameter an argument binds to: by its name, else by its position."""
+    if arg.name is not None:
+        param = arg.name.text.upper()
+        if param not in signature:
+            names = ", ".join(_shown(p, flink) for p in signature)
+            raise SqlError(
+                f"{call.text} has no argument named {arg.name.text}",
+                *token_position(arg.name),
+                f"Its arguments are {names}",
+            )
+        return param
+    if index >= len(signature):
+        raise _arg_error(
+            f"{call.text} takes at most {len(signature)} arguments",
+            arg,
+            _usage(call, signature, flink),
+        )
+    return signature[index]
+
+
+def _bind(call: Token, flink: bool, kind: str, args: list[_TvfArg]) -> dict[str, _TvfArg]:
+    signature = _SIGNATURES[(flink, kind)]
+    given: dict[str, _TvfArg] = {}
+    for index, arg in enumerate(args):
+        param = _param(call, signature, index, arg, flink)
+        if param in given:
+            raise SqlError(
+                f"{call.text}'s {_shown(param, flink)} argument is given twice",
+                *token_position(arg.name or arg.at),
+            )
+        given[param] = arg
+    missing = [p for p in signature if p not in given and p not in _OPTIONAL]
+    if missing:
+        raise SqlError(
+            f"{call.text} is missing its {_shown(missing[0], flink)} argument",
+            *token_position(call),
+            _usage(call, signature, flink),
+        )
+    return given
+
+
+def _partition_keys(call: Token, kind: str, given: dict[str, _TvfArg]) -> list[exp.Column] | None:
+    """Keys of Flink's ``SESSION(TABLE t PARTITION BY k, ...)``."""
+    for param, arg in given.items():
+        if arg.keys is None:
+            continue
+        if param != "DATA" or kind != "SESSION":
+            raise _arg_error("PARTITION BY only follows the data table of SESSION", arg)
+        if "KEYS" in given:
+            raise _arg_error(f"{call.text} has keys both in PARTITION BY and in keys =>", arg)
+        return _columns(f"the PARTITION BY of {call.text}", arg, arg.keys)
+    return None
+
+
+def _window_tvf(kind: str, flink: bool, call: Token, args: list[_TvfArg]) -> WindowTVF:
+    """Bind the arguments to their parameters and read each as the kind it must be."""
+    given = _bind(call, flink, kind, args)
+    values: dict[str, t.Any] = {}
+    for param, arg in given.items():
+        target = _PARAM_ARG[param]
+        values[target] = _READERS[target](f"{call.text}'s {_shown(param, flink)} argument", arg)
+    keys = _partition_keys(call, kind, given)
+    if keys is not None:
+        values["keys"] = keys
+    return WindowTVF(kind=kind, flink=flink, **values)
+
+
+class HeadwaterParser(BaseParser):
+    """sqlglot's default parser, plus windowing TVFs, EMIT and WATERMARK FOR."""
+
+    FUNC_TOKENS = {*BaseParser.FUNC_TOKENS, TokenType.SESSION}
+
+    FUNCTION_PARSERS = {
+        **BaseParser.FUNCTION_PARSERS,
+        "TUMBLE": lambda self: self._parse_window_tvf("TUMBLE"),
+        "HOP": lambda self: self._parse_window_tvf("HOP"),
+        "SESSION": lambda self: self._parse_window_tvf("SESSION"),
+        "TABLE": lambda self: self._parse_flink_window_tvf(),
+    }
+
+    CONSTRAINT_PARSERS = {
+        **BaseParser.CONSTRAINT_PARSERS,
+        "WATERMARK": lambda self: self._parse_watermark(),
+    }
+
+    SCHEMA_UNNAMED_CONSTRAINTS = {*BaseParser.SCHEMA_UNNAMED_CONSTRAINTS, "WATERMARK"}
+
+    def _parse_window_tvf(self, kind: str, first: Token | None = None) -> WindowTVF:
+        """After ``KIND (``; the closing parenthesis is left to sqlglot's function parsing.
+
+        ``first`` is the token of Flink's enclosing TABLE(, if any.
+        """
+        call = self._tokens[self._index - 2]
+        args = self._parse_csv(self._parse_tvf_arg)
+        if not self._match(TokenType.R_PAREN, advance=False):
+            self.raise_error("Expecting )")
+        tvf = _window_tvf(kind, first is not None, call, args)
+        return self.expression(tvf, token=first or call)
+
+    def _parse_flink_window_tvf(self) -> WindowTVF:
+        """After ``TABLE (``: Flink's TABLE(TUMBLE(...)), the only use of TABLE(...) here."""
+        first = self._tokens[self._index - 2]
+        kind = self._curr.text.upper()
+        if kind not in WINDOW_KINDS or self._next.token_type != TokenType.L_PAREN:
+            raise SqlError(
+                "TABLE(...) must wrap a windowing table function",
+                *token_position(self._curr or first),
+                "Write TABLE(TUMBLE(...)), TABLE(HOP(...)) or TABLE(SESSION(...))",
+            )
+        self._advance(2)
+        tvf = self._parse_window_tvf(kind, first)
+        self._advance()  # the window function's ")", checked above
+        if not self._match(TokenType.R_PAREN, advance=False):
+            self.raise_error("Expecting )")
+        return tvf
+
+    def _parse_tvf_arg(self) -> _TvfArg | None:
+        """``[name =>] value [PARTITION BY keys]``, keeping TABLE arguments apart from
+        plain expressions so that a wrong kind of argument gets a precise error."""
+        name = None
+        if self._next.token_type == TokenType.FARROW:
+            name = self._curr
+            self._advance(2)
+        at = self._curr
+        if name is None and self._match(TokenType.R_PAREN, advance=False):
+            return None
+        if self._match(TokenType.TABLE):
+            value = self._parse_tvf_table()
+        else:
+            value = self._parse_assignment()
+        if value is None:
+            self.raise_error("Expecting an argument")
+        elif isinstance(value, exp.Interval):
+            value.update_positions(at)
+        return _TvfArg(name, at, t.cast(exp.Expr, value), self._parse_tvf_keys())
+
+    def _parse_tvf_table(self) -> exp.Expr | None:
+        """After TABLE: ``name``, ``(name)`` or ``(SELECT ...)``."""
+        if self._curr.token_type == TokenType.L_PAREN and self._next.token_type in (
+            TokenType.SELECT,
+            TokenType.WITH,
+        ):
+            return self._parse_select(table=True, parse_subquery_alias=False)
+        return self._parse_wrapped(self._parse_table_parts, optional=True)
+
+    def _parse_tvf_keys(self) -> list[exp.Expr] | None:
+        """``PARTITION BY k`` or ``PARTITION BY (k1, k2)`` after a table argument."""
+        if not self._match(TokenType.PARTITION_BY):
+            return None
+        if self._match(TokenType.L_PAREN, advance=False):
+            return self._parse_wrapped_csv(self._parse_column)
+        column = self._parse_column()
+        return [column] if column else []
+
+    def _parse_table(self, *args: t.Any, **kwargs: t.Any) -> exp.Expr | None:
+        """A TVF in FROM comes back wrapped in a Table (as sqlglot does for TABLE(<udtf>));
+        unwrap it so that FROM and JOIN hold the WindowTVF, with the alias."""
+        this = super()._parse_table(*args, **kwargs)
+        if isinstance(this, exp.Table) and isinstance(this.this, WindowTVF):
+            tvf = this.this
+            tvf.set("alias", this.args.get("alias"))
+            return tvf
+        return this
+
+    def _parse_watermark(self) -> exp.WatermarkColumnConstraint | None:
+        """``WATERMARK FOR ts AS <bound>`` in CREATE TABLE (Flink's syntax); without FOR,
+        WATERMARK is a column's name."""
+        if not self._match(TokenType.FOR):
+            return None
+        column = self._parse_column()
+        if not self._match(TokenType.ALIAS):
+            self.raise_error("Expecting AS")
+        bound = self._parse_assignment()
+        return self.expression(exp.WatermarkColumnConstraint(this=column, expression=bound))
+
+    def _parse_as_command(self, start: Token) -> exp.Command:
+        """sqlglot keeps statements it cannot parse as opaque commands; headwater cannot
+        run those, so the unexpected token is an error."""
+        found = self._curr.text if self._curr else "end of statement"
+        self.raise_error(f"Unexpected {found} in {start.text.upper()}")
+        return super()._parse_as_command(start)
+
+    def _at_emit(self) -> bool:
+        return self._curr.token_type == TokenType.VAR and self._curr.text.upper() == "EMIT"
+
+    def _parse_table_alias(
+        self, alias_tokens: t.Collection[TokenType] | None = None
+    ) -> exp.TableAlias | None:
+        """EMIT starts the clause; it is never an implicit alias (``FROM Bid EMIT STREAM``)."""
+        return None if self._at_emit() else super()._parse_table_alias(alias_tokens)
+
+    def _parse_alias(self, this: exp.Expr | None, explicit: bool = False) -> exp.Expr | None:
+        return this if self._at_emit() else super()._parse_alias(this, explicit)
+
+    def _parse_statement(self) -> exp.Expr | None:
+        """EMIT ends a statement: it applies to the whole query, after ORDER BY and LIMIT."""
+        statement = super()._parse_statement()
+        if self._at_emit():
+            emit_token = self._curr
+            query = statement.expression if isinstance(statement, exp.Insert) else statement
+            if not isinstance(query, exp.Query):
+                raise SqlError(
+                    "EMIT ends a query", *token_position(emit_token), "Write SELECT ... EMIT ..."
+                )
+            query.set("emit", self._parse_emit())
+        return statement
+
+    def _parse_emit(self) -> Emit:
+        emit_token = self._curr
+        self._advance()
+        stream = self._match_text_seq("STREAM")
+        triggers: dict[str, t.Any] = {}
+        if not stream or self._curr.text.upper() == "AFTER":
+            self._parse_emit_trigger(triggers)
+            while self._match(TokenType.AND):
+                self._parse_emit_trigger(triggers)
+        if self._curr:
+            raise self._emit_error(f"{self._curr.text} does not belong in an EMIT clause")
+        watermark, delay = bool(triggers.get("watermark")), triggers.get("delay")
+        return self.expression(Emit(stream=stream, watermark=watermark, delay=delay), emit_token)
+
+    def _parse_emit_trigger(self, triggers: dict[str, t.Any]) -> None:
+        """``AFTER WATERMARK`` or ``AFTER DELAY <interval>``, each at most once."""
+        if not self._match_text_seq("AFTER"):
+            raise self._emit_error("EMIT needs STREAM, AFTER WATERMARK or AFTER DELAY")
+        trigger = self._curr
+        if self._match_text_seq("WATERMARK"):
+            key, value = "watermark", True
+        elif self._match_text_seq("DELAY"):
+            key, value = "delay", self._parse_emit_delay()
+        else:
+            raise self._emit_error("AFTER in EMIT is followed by WATERMARK or DELAY")
+        if key in triggers:
+            raise SqlError(f"AFTER {trigger.text} is given twice", *token_position(trigger))
+        triggers[key] = value
+
+    def _parse_emit_delay(self) -> int:
+        at = self._curr
+        interval = self._parse_interval()
+        if interval is None:
+            raise self._emit_error("AFTER DELAY needs an INTERVAL")
+        interval.update_positions(at)
+        delay = interval_ms(interval)
+        if delay <= 0:
+            raise SqlError(
+                f"the delay must be positive, not {interval.sql()}", *token_position(at), _EMIT_HINT
+            )
+        return delay
+
+    def _emit_error(self, message: str) -> SqlError:
+        """At the current token, or at the last one when the query ends too early."""
+        return SqlError(message, *token_position(self._curr or self._prev), _EMIT_HINT)
+
+
+def _data_sql(gen: generator.Generator, tvf: WindowTVF) -> str:
+    data = tvf.this
+    text = f"TABLE({gen.sql(data.this if isinstance(data, exp.Subquery) else data)})"
+    keys = tvf.args.get("keys")
+    if tvf.args.get("flink") and keys:
+        text += f" PARTITION BY ({', '.join(gen.sql(k) for k in keys)})"
+    return text
+
+
+def _param_sql(gen: generator.Generator, tvf: WindowTVF, target: str) -> str:
+    value = tvf.args.get(target)
+    if target == "this":
+        return _data_sql(gen, tvf)
+    if target == "timecol":
+        return f"DESCRIPTOR({gen.sql(value)})"
+    if target == "keys":
+        return f"DESCRIPTOR({', '.join(gen.sql(k) for k in value)})"
+    return interval_sql(value)
+
+
+def _window_tvf_sql(gen: generator.Generator, tvf: WindowTVF) -> str:
+    """Named arguments in the spelling it was written in, so that it parses back the same."""
+    kind, flink = tvf.args["kind"], bool(tvf.args.get("flink"))
+    args = ", ".join(
+        f"{_shown(param, flink)} => {_param_sql(gen, tvf, _PARAM_ARG[param])}"
+        for param in _SIGNATURES[(flink, kind)]
+        if tvf.args.get(_PARAM_ARG[param]) not in (None, [])
+    )
+    call = f"TABLE({kind}({args}))" if flink else f"{kind.capitalize()}({args})"
+    alias = gen.sql(tvf, "alias")
+    return f"{call} AS {alias}" if alias else call
+
+
+def _emit_sql(gen: generator.Generator, emit: Emit) -> str:
+    triggers = []
+    if emit.args.get("delay"):
+        triggers.append(f"AFTER DELAY {interval_sql(emit.args['delay'])}")
+    if emit.args.get("watermark"):
+        triggers.append("AFTER WATERMARK")
+    words = (["STREAM"] if emit.args.get("stream") else []) + [" AND ".join(triggers)]
+    return f"{gen.seg('EMIT')} {' '.join(w for w in words if w)}"
+
+
+class HeadwaterGenerator(generator.Generator):
+    """sqlglot's default generator; TVFs and EMIT in the spelling they were parsed from."""
+
+    TRANSFORMS = {**generator.Generator.TRANSFORMS, WindowTVF: _window_tvf_sql, Emit: _emit_sql}
+
+    def after_limit_modifiers(self, expression: exp.Expr) -> list[str]:
+        return [*super().after_limit_modifiers(expression), self.sql(expression, "emit")]
+
+
+class Headwater(Dialect):
+    """The dialect: ``sqlglot.parse(text, read=Headwater)``, ``node.sql(dialect=Headwater)``."""
+
+    Parser = HeadwaterParser
+    Generator = HeadwaterGenerator
+
+
+#: sqlglot's message for a node left without a required part, e.g. ``WHERE price >``.
+_MISSING_ARG = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*\.(?P<node>\w+)'>")
+
+
+def _parse_error(error: ParseError) -> SqlError:
+    """sqlglot's first error, at the column where its token starts."""
+    detail = error.errors[0] if error.errors else {}
+    line, col = detail.get("line"), detail.get("col")
+    highlight = detail.get("highlight") or ""
+    if col is not None and highlight and "\n" not in highlight:
+        col = max(1, col - len(highlight) + 1)
+    message = detail.get("description") or str(error)
+    incomplete = _MISSING_ARG.match(message)
+    if incomplete:
+        message = f"incomplete {incomplete['node'].upper()}"
+    return SqlError(message, line, col)
+
+
+def _token_error(error: TokenError, text: str) -> SqlError:
+    """An unclosed quote, at the quote: the tokenizer's cause says where (line:offset)."""
+    unclosed = re.fullmatch(r"Missing (.+) from \d+:(\d+)", str(error.__cause__ or ""))
+    if not unclosed:
+        return SqlError(str(error).split("\n")[0])
+    offset = int(unclosed[2])
+    line, col = text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
+    return SqlError(f"the {unclosed[1]} opened here is never closed", line, col)
+
+
+def _check_statement(statement: exp.Expr) -> None:
+    """Only what headwater runs; a windowing TVF only where a table goes."""
+    query = statement.expression if isinstance(statement, exp.Insert) else statement
+    create_table = isinstance(statement, exp.Create) and statement.kind == "TABLE"
+    if not (create_table or isinstance(query, exp.Query)):
+        kind = statement.this if isinstance(statement, exp.Command) else statement.key.upper()
+        raise SqlError(
+            f"headwater does not run {kind} statements",
+            *position(statement),
+            _SCRIPT_HINT,
+        )
+    for tvf in statement.find_all(WindowTVF):
+        if not isinstance(tvf.parent, (exp.From, exp.Join)):
+            raise SqlError(
+                f"{tvf.args['kind']} is a table function: it goes in FROM or JOIN",
+                *position(tvf),
+            )
+
+
+def parse(text: str) -> list[exp.Expression]:
+    """All statements of a script (SELECT/UNION queries, CREATE TABLE, INSERT INTO ... SELECT).
+    Parse errors raise SqlError with line/col of the offending token."""
+    try:
+        statements = [s for s in Headwater().parse(text) if s is not None]
+    except ParseError as error:
+        raise _parse_error(error) from None
+    except TokenError as error:
+        raise _token_error(error, text) from None
+    for statement in statements:
+        _check_statement(statement)
+    return t.cast(list[exp.Expression], statements)
+
+
+def parse_query(text: str) -> exp.Query:
+    """Exactly one query statement (SqlError otherwise)."""
+    statements = parse(text)
+    if len(statements) == 1 and isinstance(statements[0], exp.Query):
+        return statements[0]
+    extra = statements[1] if len(statements) > 1 else (statements[0] if statements else None)
+    raise SqlError(
+        "expected exactly one query",
+        *(position(extra) if extra is not None else (None, None)),
+        "Pass a single SELECT (or UNION) query",
+    )

@@ -1,0 +1,210 @@
+"""From a parsed query to what runs: its tables, its event-time groups, its EMIT.
+
+A streaming query is maintained per event-time group: a window of its
+windowing table functions (all of one query share one windowing), or, for a
+query without one, each event time on its own. Every stream row belongs to
+the groups (windows) of its event time; a group's result is the query over
+the group's rows, with the window columns set to the group's bounds. This is
+exact for the queries of the paper: windowed aggregates, joins on window
+bounds, a stream joined to a windowed aggregate of itself within the window
+(NEXMark Query 7), window Top-N.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlglot import exp
+
+from headwater.model.windows import FixedWindows, Sessions, SlidingWindows, WindowFn
+from headwater.sql.catalog import Catalog, Table
+from headwater.sql.dialect import WindowTVF, position
+from headwater.sql.emit import Materialization
+from headwater.sql.errors import SqlError
+
+#: Names of the window columns the TVFs add (the paper's, then Flink's).
+WINDOW_COLUMNS = frozenset({"wstart", "wend", "window_start", "window_end", "window_time"})
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A query ready to run: ``group_query`` is evaluated per event-time group;
+    ``order`` (ORDER BY / LIMIT) applies to table views only."""
+
+    name: str
+    query: exp.Expression
+    group_query: exp.Expression
+    order: exp.Expression | None
+    emit: Materialization
+    window_fn: WindowFn
+    keys: tuple[str, ...]
+    streams: tuple[Table, ...]
+    tables: tuple[Table, ...]
+    allowed_lateness: int
+
+    @property
+    def is_stream(self) -> bool:
+        return bool(self.streams)
+
+
+def _ms(tvf: WindowTVF, arg: str) -> timedelta:
+    """A TVF duration (int ms) as the model's window functions take it."""
+    return timedelta(milliseconds=int(tvf.args.get(arg) or 0))
+
+
+def _window_fn(tvf: WindowTVF) -> tuple[WindowFn, tuple[str, ...]]:
+    kind = tvf.args["kind"]
+    if kind == "TUMBLE":
+        return FixedWindows(_ms(tvf, "size"), _ms(tvf, "offset")), ()
+    if kind == "HOP":
+        return SlidingWindows(_ms(tvf, "size"), _ms(tvf, "slide"), _ms(tvf, "offset")), ()
+    keys = tuple(k.name for k in tvf.args.get("keys") or [])
+    return Sessions(_ms(tvf, "gap")), keys
+
+
+def _table_refs(query: exp.Expression) -> list[exp.Table]:
+    """Table references that are tables, not CTE names (TVF data included)."""
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    return [t for t in query.find_all(exp.Table) if t.name and t.name.lower() not in ctes]
+
+
+def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> QueryPlan:
+    """Resolve ``query``'s tables and windowing against ``catalog``; SqlError if
+    it cannot run (with the position of the offending token)."""
+    emit = Materialization.of(query.args.get("emit"))
+    tvfs = list(query.find_all(WindowTVF))
+    windowing: tuple[WindowFn, tuple[str, ...]] | None = None
+    for tvf in tvfs:
+        table = _tvf_table(tvf, catalog)
+        this = _window_fn(tvf)
+        if windowing is not None and this != windowing:
+            line, col = position(tvf)
+            raise SqlError(
+                "all windowing table functions of one query must use the same windows",
+                line,
+                col,
+                "Join windowed relations of equal windows, or run the queries separately",
+            )
+        windowing = this
+        del table
+    refs = {t.name.lower(): catalog.get(t.name, t) for t in _table_refs(query)}
+    streams = tuple(t for t in refs.values() if t.is_stream)
+    tables = tuple(t for t in refs.values() if not t.is_stream)
+    if windowing is None:
+        windowing = (FixedWindows(timedelta(milliseconds=1)), ())
+    if streams:
+        _check_groupings(query, streams)
+    group_query, order = _split_order(query, emit, bool(streams))
+    return QueryPlan(
+        name=name,
+        query=query,
+        group_query=group_query,
+        order=order,
+        emit=emit,
+        window_fn=windowing[0],
+        keys=windowing[1],
+        streams=streams,
+        tables=tables,
+        allowed_lateness=max((t.allowed_lateness for t in streams), default=0),
+    )
+
+
+def _tvf_table(tvf: WindowTVF, catalog: Catalog) -> Table:
+    data = tvf.this
+    if not isinstance(data, exp.Table):
+        line, col = position(tvf)
+        raise SqlError(
+            "a windowing table function over a subquery is not supported yet",
+            line,
+            col,
+            "Window the table itself and filter in WHERE",
+        )
+    table = catalog.get(data.name, data)
+    timecol = tvf.args["timecol"]
+    if timecol.name not in table.columns:
+        line, col = position(timecol)
+        raise SqlError(
+            f"table {table.name!r} has no column {timecol.name!r}",
+            line,
+            col,
+            f"Its columns are {', '.join(table.columns)}",
+        )
+    if table.is_stream and table.event_time and timecol.name != table.event_time:
+        line, col = position(timecol)
+        raise SqlError(
+            f"DESCRIPTOR({timecol.name}) is not the event time of {table.name!r} "
+            f"({table.event_time}), which carries its watermark",
+            line,
+            col,
+            f"Window by DESCRIPTOR({table.event_time})",
+        )
+    return table
+
+
+def _reads_stream(select: exp.Select, streams: tuple[Table, ...]) -> bool:
+    names = {t.name.lower() for t in streams}
+    parts = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    for part in parts:
+        if part is None:
+            continue
+        for node in part.find_all(exp.Table, WindowTVF):
+            if isinstance(node, WindowTVF) or node.name.lower() in names:
+                return True
+    return False
+
+
+def _check_groupings(query: exp.Expression, streams: tuple[Table, ...]) -> None:
+    """A GROUP BY over a stream needs an event-time key: without one its groups
+    never complete, and their state grows forever."""
+    event_times = {t.event_time for t in streams if t.event_time}
+    keys = WINDOW_COLUMNS | event_times
+    for select in query.find_all(exp.Select):
+        if not _reads_stream(select, streams):
+            continue
+        group = select.args.get("group")
+        aggregates = [
+            a
+            for e in select.expressions
+            for a in e.find_all(exp.AggFunc)
+            if not a.find_ancestor(exp.Window)
+        ]
+        if group is None and not aggregates:
+            continue
+        names = {c.name for c in (group.find_all(exp.Column) if group else [])}
+        if names & keys:
+            continue
+        node = group if group is not None else aggregates[0]
+        line, col = position(node)
+        raise SqlError(
+            "GROUP BY over an unbounded input needs an event-time key: its groups would "
+            "never be complete",
+            line,
+            col,
+            "Group by window bounds of a windowing table function (e.g. FROM Tumble(...) "
+            "GROUP BY wstart, wend, ...) or by the event-time column "
+            f"({', '.join(sorted(event_times)) or 'none declared'})",
+        )
+
+
+def _split_order(query: exp.Expression, emit: Materialization, stream: bool):
+    """(the query without ORDER BY / LIMIT, those clauses) for a stream; they
+    order a table view, not a changelog."""
+    order, limit = query.args.get("order"), query.args.get("limit")
+    if not stream or (order is None and limit is None):
+        return query, None
+    if emit.stream:
+        line, col = position(order or limit)
+        raise SqlError(
+            "ORDER BY and LIMIT apply to a table view, not to a changelog (EMIT STREAM)",
+            line,
+            col,
+            "Remove them, or drop STREAM to get the table view",
+        )
+    group_query = query.copy()
+    group_query.set("order", None)
+    group_query.set("limit", None)
+    clauses = exp.Select(
+        order=order.copy() if order else None, limit=limit.copy() if limit else None
+    )
+    return group_query, clauses

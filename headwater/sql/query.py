@@ -1,0 +1,119 @@
+"""``hw.sql(query, tables=...)``: a query over tables and streams, and its result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from headwater.model.watermarks import BoundedOutOfOrderness
+from headwater.sql.catalog import Catalog, Table
+from headwater.sql.dialect import Headwater, parse_query
+from headwater.sql.errors import SqlError
+from headwater.sql.local import SqlRun, run_bounded, run_stream
+from headwater.sql.planner import QueryPlan, analyze
+
+
+def as_table(name: str, value: Any) -> Table:
+    """A catalog table from what users pass: a :class:`Table` (a replay), a pandas
+    DataFrame (bounded), a Spark DataFrame, or an ``hw.from_pandas`` /
+    ``hw.from_spark`` source that names its event time and watermark."""
+    if isinstance(value, Table):
+        return value
+    if isinstance(value, pd.DataFrame):
+        return Table(name=name, frame=value)
+    source = getattr(value, "event_time", None)
+    if source is not None and hasattr(value, "df"):
+        frame = value.df if isinstance(value.df, pd.DataFrame) else None
+        spark = None if frame is not None else value.df
+        wm = getattr(value, "resolved_watermark", lambda: None)()
+        return Table(name=name, frame=frame, spark=spark, event_time=source, watermark=wm)
+    if hasattr(value, "sparkSession") and hasattr(value, "columns"):
+        return Table(name=name, spark=value)
+    raise SqlError(
+        f"table {name!r}: cannot read a {type(value).__name__}",
+        hint="Pass a pandas or Spark DataFrame, hw.from_pandas(...)/hw.from_spark(...), "
+        "or headwater.sql.read_replay(...)",
+    )
+
+
+class SqlQuery:
+    """A query bound to its tables. A bounded query's result is its table; a
+    streaming query's is a changelog (``EMIT STREAM``) or the table view as of
+    a processing time."""
+
+    def __init__(self, text: str, tables: Mapping[str, Any], name: str = "query") -> None:
+        self.text = text
+        self.catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
+        self.plan: QueryPlan = analyze(parse_query(text), self.catalog, name)
+        self._runs: dict[int | None, SqlRun] = {}
+
+    def run(self, as_of: int | None = None) -> SqlRun:
+        """The streaming run up to processing time ``as_of`` (epoch ms)."""
+        if as_of not in self._runs:
+            self._runs[as_of] = run_stream(self.plan, as_of)
+        return self._runs[as_of]
+
+    def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:
+        """The result: a bounded query's table; a stream's changelog with EMIT
+        STREAM, else its table view as of ``as_of``."""
+        if not self.plan.is_stream:
+            return run_bounded(self.plan)
+        run = self.run(as_of)
+        if self.plan.emit.stream:
+            return run.changes()
+        view = run.table(as_of)
+        return _ordered(view, self.plan)
+
+    def dead_letters(self, as_of: int | None = None) -> pd.DataFrame:
+        """Input the query dropped (late beyond the allowed lateness, null event
+        time), with the query's name, the table and the reason."""
+        if not self.plan.is_stream:
+            return self.run_empty_letters()
+        return self.run(as_of).dead_letters
+
+    def run_empty_letters(self) -> pd.DataFrame:
+        return pd.DataFrame(columns=["query", "table", "reason", "event_time", "row_id"])
+
+    def explain(self) -> str:
+        """How the query runs: its tables, event-time groups and EMIT trigger."""
+        plan = self.plan
+        lines = [f"query {plan.name}: {plan.query.sql(dialect=Headwater)}"]
+        for t in plan.streams:
+            wm = t.watermark.describe() if t.watermark else "none"
+            lines.append(f"  stream {t.name}: event time {t.event_time}, watermark {wm}")
+        for t in plan.tables:
+            lines.append(f"  table {t.name}: bounded")
+        if plan.is_stream:
+            lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
+            lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
+            lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
+        return "\n".join(lines)
+
+
+def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
+    """ORDER BY / LIMIT of the query, on a table view."""
+    if plan.order is None:
+        return view
+    import duckdb
+    from sqlglot import exp
+
+    clauses = plan.order.copy()
+    for column in clauses.find_all(exp.Column):
+        column.set("table", None)
+    select = exp.select("*").from_("__view")
+    select.set("order", clauses.args.get("order"))
+    select.set("limit", clauses.args.get("limit"))
+    con = duckdb.connect()
+    con.register("__view", view)
+    return con.sql(select.sql(dialect="duckdb")).df()
+
+
+def sql(query: str, tables: Mapping[str, Any] | None = None, *, name: str = "query") -> SqlQuery:
+    """Bind ``query`` to ``tables`` (name -> table or stream); see :class:`SqlQuery`."""
+    return SqlQuery(query, tables or {}, name)
+
+
+def bounded_out_of_orderness(delay_ms: int) -> BoundedOutOfOrderness:
+    return BoundedOutOfOrderness(delay_ms)

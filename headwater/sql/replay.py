@@ -1,0 +1,139 @@
+"""Recorded streams for SQL: replay files of rows and watermarks by processing time.
+
+A replay file is JSON lines in processing-time order, each either
+``{"ptime": "<ISO>", "row": {...}}`` or ``{"ptime": "<ISO>", "watermark": "<ISO>"}``.
+Lines with the same ptime form one step (see :mod:`headwater.sql.local`). Column
+types are inferred from the values (ISO strings in the event-time column are
+timestamps) unless ``CREATE TABLE`` names them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from headwater.model.watermarks import Punctuated
+from headwater.sql.catalog import PTIME, Table
+from headwater.sql.errors import SqlError
+
+
+class ReplayError(SqlError):
+    """A replay file that cannot be read; names the file and line."""
+
+
+def millis(value, where: str) -> int:
+    """Epoch milliseconds of an ISO timestamp (naive = UTC) or a number of ms."""
+    if isinstance(value, bool):
+        raise ReplayError(f"{where}: {value!r} is not a time")
+    if isinstance(value, int | float):
+        return int(value)
+    try:
+        ts = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        raise ReplayError(f"{where}: cannot read {value!r} as an ISO timestamp") from None
+    if ts is pd.NaT:
+        raise ReplayError(f"{where}: a time cannot be null")
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert("UTC").tz_localize(None)
+    return int(ts.value // 1_000_000)
+
+
+def read_replay(
+    path: str | os.PathLike,
+    name: str,
+    event_time: str,
+    types: Mapping[str, str] | None = None,
+    allowed_lateness: int = 0,
+) -> Table:
+    """The table ``name`` replayed from ``path``; ``event_time`` names its event-time column."""
+    rows: list[dict] = []
+    ptimes: list[int] = []
+    marks: list[tuple[int, int]] = []
+    last = None
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {number}"
+            ptime, row, mark = _parse_line(line, where)
+            if last is not None and ptime < last:
+                raise ReplayError(f"{where}: ptime goes back in time; lines must be in ptime order")
+            last = ptime
+            if row is not None:
+                rows.append(row)
+                ptimes.append(ptime)
+            else:
+                marks.append((ptime, mark))
+    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=list(types or {}))
+    if event_time not in frame.columns:
+        raise ReplayError(
+            f"{path}: no column {event_time!r} in its rows",
+            hint=f"Its columns are {sorted(frame.columns)}; name the event time with "
+            f"--event-time {name}.COLUMN",
+        )
+    frame = _typed(frame, event_time, types or {}, path)
+    frame[PTIME] = np.asarray(ptimes, dtype=np.int64)
+    watermarks = pd.DataFrame(marks, columns=["ptime", "watermark"]).astype(np.int64)
+    return Table(
+        name=name,
+        frame=frame,
+        event_time=event_time,
+        watermark=Punctuated() if len(watermarks) else None,
+        allowed_lateness=allowed_lateness,
+        watermarks=watermarks,
+        types=dict(types or {}),
+    )
+
+
+def _parse_line(line: str, where: str) -> tuple[int, dict | None, int | None]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ReplayError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or "ptime" not in obj:
+        raise ReplayError(f"{where}: each line is an object with a 'ptime'")
+    ptime = millis(obj["ptime"], where)
+    if ("row" in obj) == ("watermark" in obj):
+        raise ReplayError(f"{where}: a line has either a 'row' or a 'watermark'")
+    if "row" in obj:
+        if not isinstance(obj["row"], dict):
+            raise ReplayError(f"{where}: 'row' must be an object of column values")
+        return ptime, obj["row"], None
+    return ptime, None, millis(obj["watermark"], where)
+
+
+#: SQL type names (upper-case prefix) -> how a replay column is read.
+_READERS = {
+    "TIMESTAMP": lambda s: pd.to_datetime(s, utc=True).dt.tz_localize(None),
+    "DECIMAL": lambda s: pd.to_numeric(s).astype(np.float64),
+    "DOUBLE": lambda s: pd.to_numeric(s).astype(np.float64),
+    "FLOAT": lambda s: pd.to_numeric(s).astype(np.float64),
+    "BIGINT": lambda s: pd.to_numeric(s).astype("Int64"),
+    "INT": lambda s: pd.to_numeric(s).astype("Int64"),
+    "VARCHAR": lambda s: s.astype(object),
+    "STRING": lambda s: s.astype(object),
+    "BOOLEAN": lambda s: s.astype("boolean"),
+}
+
+
+def _typed(frame: pd.DataFrame, event_time: str, types: Mapping[str, str], path) -> pd.DataFrame:
+    """Columns typed by ``types``, else inferred; the event time as a timestamp."""
+    frame = frame.copy()
+    for column in frame.columns:
+        declared = types.get(column)
+        if declared is None and column == event_time:
+            declared = "TIMESTAMP" if frame[column].map(type).eq(str).any() else "BIGINT"
+        if declared is None:
+            continue
+        reader = next((r for k, r in _READERS.items() if declared.upper().startswith(k)), None)
+        if reader is None:
+            continue
+        try:
+            frame[column] = reader(frame[column])
+        except (TypeError, ValueError) as exc:
+            raise ReplayError(f"{path}: column {column!r} is not {declared}: {exc}") from None
+    return frame

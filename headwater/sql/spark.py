@@ -1,0 +1,179 @@
+"""Running a query on Spark.
+
+A bounded query is one native Spark SQL plan: the windowing TVFs become Spark
+expressions (``unix_millis``, ``explode(sequence(...))``, window functions for
+sessions), the rest is Spark's own aggregates and joins.
+
+A streaming query runs its :class:`~headwater.sql.local.SqlPlan` on the
+Structured Streaming runner: the model's windowed plan over the union of its
+streams, with the query's :class:`~headwater.sql.maintain.GroupMaintainer` as
+the runner's pane transform, so each shard keeps its groups' rows and their
+last materialized results in Spark's state store. A recorded stream (a replay)
+is played through the replay source, one step per micro-batch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headwater.io.replay import read_replay as read_timeline
+from headwater.io.replay import register_replay_source, write_timeline
+from headwater.model.plan import Schema, build_plan
+from headwater.model.watermarks import Punctuated
+from headwater.runners.spark.output import changes, dead_letters
+from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
+from headwater.runners.spark.timeline import spark_session
+from headwater.runners.spark.types import of_spark
+from headwater.sql.changelog import GROUP_COLUMNS
+from headwater.sql.local import (
+    SqlPlan,
+    SqlRun,
+    _columns_of,
+    compile_sql,
+    steps_of,
+    union_rows,
+)
+from headwater.sql.local import (
+    dead_letters as sql_dead_letters,
+)
+from headwater.sql.maintain import EVENT_TIME, KEY, SOURCE
+from headwater.sql.query import SqlQuery
+from headwater.sql.translate import to_engine_sql
+
+
+def _spark_type(series: pd.Series) -> str:
+    if pd.api.types.is_bool_dtype(series):
+        return "boolean"
+    if pd.api.types.is_integer_dtype(series):
+        return "bigint"
+    if pd.api.types.is_float_dtype(series):
+        return "double"
+    return "string"
+
+
+def write_union_timeline(sql: SqlPlan, path: str, as_of: int | None) -> None:
+    """The query's streams as one replay timeline: a step per processing time,
+    each firing the timers due then; rows in the union layout."""
+    rows = union_rows(sql)
+    rows = rows[~np.isnan(rows[EVENT_TIME].to_numpy(np.float64))]
+    ptimes, marks = steps_of(sql.query, rows, as_of)
+    values = [c for c in rows.columns if c in sql.aggregations]
+    columns = {c: _spark_type(rows[c]) for c in values}
+    arrival = rows[PTIME_COLUMN].to_numpy(np.int64)
+    steps = []
+    for ptime, mark in zip(ptimes, marks, strict=True):
+        part = rows[arrival == ptime]
+        records = part[values].astype(object).where(part[values].notna(), None)
+        step_rows = [
+            {"key": key, "ts": int(ts), **record}
+            for key, ts, record in zip(
+                part[KEY].astype(str), part[EVENT_TIME], records.to_dict("records"), strict=True
+            )
+        ]
+        step = {"proc_ms": int(ptime), "rows": step_rows, "timers": True}
+        if mark > np.iinfo(np.int64).min:
+            step["watermark_ms"] = int(mark)
+        steps.append(step)
+    write_timeline(path, steps, columns=columns, key_type="string")
+
+
+PTIME_COLUMN = "__ptime"
+
+
+class SparkSqlQuery(SqlQuery):
+    """A query on Spark: native batch plans for tables, the streaming runner for streams."""
+
+    def __init__(self, text: str, tables: Mapping[str, Any], name: str = "query", spark=None):
+        super().__init__(text, tables, name)
+        self.spark = spark or spark_session()
+
+    def bounded(self):
+        """The bounded query as a Spark DataFrame (one native plan)."""
+        for table in (*self.plan.streams, *self.plan.tables):
+            frame = table.spark
+            if frame is None:
+                local = table.frame.drop(columns=[PTIME_COLUMN], errors="ignore")
+                frame = self.spark.createDataFrame(local)
+            frame.createOrReplaceTempView(table.name)
+        return self.spark.sql(to_engine_sql(self.plan.query, "spark", _columns_of(self.plan)))
+
+    def to_spark(self):
+        return self.bounded()
+
+    def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:
+        if not self.plan.is_stream:
+            return self.bounded().toPandas()
+        return super().to_pandas(as_of)
+
+    def run(self, as_of: int | None = None) -> SqlRun:
+        if as_of not in self._runs:
+            self._runs[as_of] = self._replay(as_of)
+        return self._runs[as_of]
+
+    def _replay(self, as_of: int | None) -> SqlRun:
+        sql = compile_sql(self.plan)
+        workdir = tempfile.mkdtemp(prefix="headwater-sql-")
+        try:
+            path = os.path.join(workdir, "timeline.jsonl")
+            write_union_timeline(sql, path, as_of)
+            register_replay_source(self.spark)
+            stream = read_timeline(self.spark, path)
+            collected = _collect(self._compile(sql, stream), sql, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return collected
+
+    def _compile(self, sql: SqlPlan, stream):
+        plan = build_plan(
+            Schema.of({f.name: of_spark(f.dataType) for f in stream.schema.fields}),
+            keys=("key",) if self.plan.keys else (),
+            event_time="ts",
+            windowing=sql.strategy,
+            aggregations=sql.aggregations,
+            bounded=False,
+            watermark=Punctuated("watermark_ms"),
+            capabilities=CAPABILITIES,
+        )
+        return compile_streaming(stream, plan, transform=sql.maintainer, timestamps="ms")
+
+
+def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
+    """Run the streaming query to the end of its input; its changelog and dead letters."""
+    fields = [f.name for f in sql.maintainer.output_fields()]
+    parts: list[pd.DataFrame] = []
+    letters: list[pd.DataFrame] = []
+
+    def each_batch(batch, batch_id: int) -> None:
+        parts.append(changes(batch, fields).toPandas())
+        dropped = dead_letters(batch).toPandas()
+        if len(dropped):
+            letters.append(dropped)
+
+    writer = (
+        out.writeStream.foreachBatch(each_batch)
+        .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+        .trigger(availableNow=True)
+    )
+    with state_store_for(out.sparkSession):
+        query = writer.start()
+    query.awaitTermination()
+    full = [p for p in parts if len(p)]
+    log = pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=fields)
+    log = log.sort_values(["ptime", "__gs", "__ge", "__gk", "ver"], kind="stable")
+    dropped = pd.concat(letters, ignore_index=True) if letters else None
+    dead = sql_dead_letters(
+        dropped if dropped is not None else pd.DataFrame(columns=[SOURCE]),
+        dropped["reason"].to_numpy() if dropped is not None else [],
+        sql,
+    )
+    return SqlRun(sql.maintainer.columns, log[fields].reset_index(drop=True), dead)
+
+
+__all__ = ["SparkSqlQuery", "GROUP_COLUMNS"]
