@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+from sqlglot import exp
 
-from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql.catalog import Catalog, Table
 from headwater.sql.dialect import Headwater, parse_query
 from headwater.sql.errors import SqlError
@@ -43,10 +43,12 @@ class SqlQuery:
     streaming query's is a changelog (``EMIT STREAM``) or the table view as of
     a processing time."""
 
-    def __init__(self, text: str, tables: Mapping[str, Any], name: str = "query") -> None:
-        self.text = text
+    def __init__(
+        self, query: str | exp.Expression, tables: Mapping[str, Any], name: str = "query"
+    ) -> None:
         self.catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
-        self.plan: QueryPlan = analyze(parse_query(text), self.catalog, name)
+        tree = parse_query(query) if isinstance(query, str) else query
+        self.plan: QueryPlan = analyze(tree, self.catalog, name)
         self._runs: dict[int | None, SqlRun] = {}
 
     def run(self, as_of: int | None = None) -> SqlRun:
@@ -66,15 +68,31 @@ class SqlQuery:
         view = run.table(as_of)
         return _ordered(view, self.plan)
 
+    def changelog(self, as_of: int | None = None) -> pd.DataFrame:
+        """The changelog up to ``as_of`` (whatever the EMIT rendering): the
+        query's columns, then ``undo``, ``ptime``, ``ver``. A bounded query's is
+        its rows, each added once."""
+        if self.plan.is_stream:
+            return self.run(as_of).changes()
+        rows = self.to_pandas()
+        return rows.assign(undo=False, ptime=pd.Timestamp(0), ver=0)
+
+    def write(self, sink, **options: Any) -> None:
+        """Send the changelog to ``sink`` (``sink(batch, batch_id)``, e.g. a
+        :class:`~headwater.io.sinks.relation.RelationSink`): one batch per
+        processing time of a replay, one batch for a bounded query."""
+        log = self.changelog()
+        if not len(log):
+            return
+        for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True)):
+            sink(batch.reset_index(drop=True), batch_id)
+
     def dead_letters(self, as_of: int | None = None) -> pd.DataFrame:
         """Input the query dropped (late beyond the allowed lateness, null event
         time), with the query's name, the table and the reason."""
         if not self.plan.is_stream:
-            return self.run_empty_letters()
+            return pd.DataFrame(columns=["query", "table", "reason"])
         return self.run(as_of).dead_letters
-
-    def run_empty_letters(self) -> pd.DataFrame:
-        return pd.DataFrame(columns=["query", "table", "reason", "event_time", "row_id"])
 
     def explain(self) -> str:
         """How the query runs: its tables, event-time groups and EMIT trigger."""
@@ -97,7 +115,6 @@ def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
     if plan.order is None:
         return view
     import duckdb
-    from sqlglot import exp
 
     clauses = plan.order.copy()
     for column in clauses.find_all(exp.Column):
@@ -108,12 +125,3 @@ def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
     con = duckdb.connect()
     con.register("__view", view)
     return con.sql(select.sql(dialect="duckdb")).df()
-
-
-def sql(query: str, tables: Mapping[str, Any] | None = None, *, name: str = "query") -> SqlQuery:
-    """Bind ``query`` to ``tables`` (name -> table or stream); see :class:`SqlQuery`."""
-    return SqlQuery(query, tables or {}, name)
-
-
-def bounded_out_of_orderness(delay_ms: int) -> BoundedOutOfOrderness:
-    return BoundedOutOfOrderness(delay_ms)

@@ -323,8 +323,9 @@ class CurrentResultsSink:
             expr = f"COALESCE({expr}, '{inf}'::{sql_type})"
         return expr
 
-    def _apply_sql(self, layout: _Layout, stage: str, batch_id: int) -> tuple[str, str]:
-        """(delete, upsert): withdraw retracted windows, then upsert the new panes."""
+    def _apply_sql(self, layout: _Layout, staged: pa.Table, stage: str, batch_id: int) -> list[str]:
+        """Withdraw retracted windows (if the batch has retractions), then upsert the
+        new panes."""
         target = self._table_sql()
         match = " AND ".join(
             f"t.{_q(c)} = {self._source_expr(layout, c)}" for c in layout.primary_key
@@ -358,7 +359,7 @@ class CurrentResultsSink:
             f"ON CONFLICT ({', '.join(_q(c) for c in layout.primary_key)}) DO UPDATE SET "
             f"{', '.join(sets)} WHERE excluded.pane_index {newer} t.pane_index"
         )
-        return delete, upsert
+        return [delete, upsert] if pc.any(staged["is_retraction"]).as_py() else [upsert]
 
 
 #: How a current-results table merges the DISCARDING panes of a combiner, by class:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from headwater.model.schema import WINDOW_COLUMNS
 
@@ -62,7 +61,9 @@ class _ResultsTable(Protocol):
 
     def _ddl(self, layout: _Layout, type_of: Callable[[str, pa.DataType], str]) -> list[str]: ...
 
-    def _apply_sql(self, layout: _Layout, stage: str, batch_id: int) -> tuple[str, str]: ...
+    def _apply_sql(self, layout: Any, staged: pa.Table, stage: str, batch_id: int) -> list[str]:
+        """The statements that apply the staged batch, in order."""
+        ...
 
 
 class _Store:
@@ -205,10 +206,8 @@ class _DuckDBStore(_Store):
                     return False
                 con.register(stage, staged)
                 try:
-                    delete, upsert = sink._apply_sql(layout, stage, batch_id)
-                    if pc.any(staged["is_retraction"]).as_py():
-                        con.execute(delete)
-                    con.execute(upsert)
+                    for statement in sink._apply_sql(layout, staged, stage, batch_id):
+                        con.execute(statement)
                 finally:
                     con.unregister(stage)
                 con.execute(
@@ -356,10 +355,8 @@ class _PostgresStore(_Store):
             with cur.copy(f"COPY {stage} ({', '.join(_q(c) for c in cols)}) FROM STDIN") as copy:
                 for row in zip(*(col.to_pylist() for col in staged.columns), strict=True):
                     copy.write_row(row)
-            delete, upsert = sink._apply_sql(layout, stage, batch_id)
-            if pc.any(staged["is_retraction"]).as_py():
-                cur.execute(delete)
-            cur.execute(upsert)
+            for statement in sink._apply_sql(layout, staged, stage, batch_id):
+                cur.execute(statement)
             cur.execute(
                 f"UPDATE {sink._meta_sql()} SET batch_id = %s WHERE sink_id = %s",
                 [int(batch_id), sink.sink_id],

@@ -1,0 +1,158 @@
+"""The current table of a changelog: a SQL query's result, kept up to date.
+
+A changelog (headwater SQL's ``EMIT STREAM`` rows: the query's columns, then
+``undo``, ``ptime``, ``ver``) is applied batch by batch: a row adds one copy
+of itself, an ``undo`` row withdraws one. A relation may hold equal rows, so
+the table keeps one row per distinct row with its multiplicity ``__n``, under
+a primary key ``__row`` (a 64-bit hash of the row's values): each batch is
+netted per row in pandas (vectorized), staged in bulk, then ONE upsert
+(``__n = __n + batch``) and ONE delete of the rows whose count fell to zero,
+in one transaction with the batch id (DuckDB by default, PostgreSQL by URL,
+the stores of :mod:`headwater.io.sinks.stores`). A batch already applied is
+skipped, so a re-run batch (a restart) counts nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from headwater.io.sinks.batches import _to_arrow
+from headwater.io.sinks.results import BATCH_COL, META_TABLE, _qualified
+from headwater.io.sinks.stores import _DuckDBStore, _PostgresStore, _q, _Store
+
+log = logging.getLogger(__name__)
+
+#: Changelog columns that describe the change, not the row.
+CHANGE_COLUMNS = ("undo", "ptime", "ver")
+ROW, COUNT = "__row", "__n"
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The table's columns: the relation's own, with their Arrow types."""
+
+    values: tuple[str, ...]
+    types: dict[str, pa.DataType]
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        return (ROW, *self.values, COUNT)
+
+
+class RelationSink:
+    """Applies changelog batches to a table holding the relation's current rows.
+
+    ``target``: a DuckDB file (``":memory:"`` for a process-local one) or a
+    PostgreSQL URL; ``table``: ``name`` or ``schema.name``, created on the first
+    non-empty batch; ``sink_id``: this writer in the batch-id table.
+    """
+
+    def __init__(
+        self, target: str | os.PathLike, *, table: str = "current_relation", sink_id=None
+    ) -> None:
+        target = os.fspath(target)
+        is_pg = target.startswith(("postgresql://", "postgres://"))
+        self._store: _Store = _PostgresStore(target) if is_pg else _DuckDBStore(target)
+        self.target, self.table = target, table
+        self.sink_id = sink_id or table
+        self.key_cols = (ROW,)
+        self._schema, self._name = _qualified(table)
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        self.write(batch, batch_id)
+
+    def write(self, batch: Any, batch_id: int) -> bool:
+        """Apply one changelog batch; False if it was empty or already applied."""
+        last = self._store.last_batch_id(self)
+        if last is not None and int(batch_id) <= last:
+            log.info("%r: batch %d already applied: skipped", self, batch_id)
+            return False
+        frame = _to_arrow(batch).to_pandas()
+        if not len(frame):
+            return False
+        staged, columns = self._net(frame)
+        return self._store.apply(self, columns, staged, int(batch_id))
+
+    def _net(self, frame: pd.DataFrame) -> tuple[pa.Table, _Columns]:
+        """One row per distinct row of the batch with its net count (+ adds, - undos)."""
+        values = [c for c in frame.columns if c not in CHANGE_COLUMNS]
+        sign = np.where(frame["undo"].astype(bool).to_numpy(), -1, 1)
+        rows = frame[values].copy()
+        rows[ROW] = pd.util.hash_pandas_object(rows, index=False).to_numpy().view(np.int64)
+        rows[COUNT] = sign
+        net = rows.groupby(ROW, sort=False, dropna=False).agg(
+            {**{v: "first" for v in values}, COUNT: "sum"}
+        )
+        net = net[net[COUNT] != 0].reset_index()[[ROW, *values, COUNT]]
+        table = pa.Table.from_pandas(net, preserve_index=False)
+        types = {name: table.schema.field(name).type for name in table.column_names}
+        return table, _Columns(tuple(values), types)
+
+    # -- what the stores call
+    def _table_sql(self) -> str:
+        return _q(self._name) if self._schema is None else f"{_q(self._schema)}.{_q(self._name)}"
+
+    def _meta_sql(self) -> str:
+        name = _q(META_TABLE)
+        return name if self._schema is None else f"{_q(self._schema)}.{name}"
+
+    def _ddl(self, columns: _Columns, type_of: Callable[[str, pa.DataType], str]) -> list[str]:
+        defs = [f"{_q(c)} {type_of(c, columns.types[c])}" for c in columns.stored]
+        defs.append(f"{_q(BATCH_COL)} BIGINT NOT NULL")
+        out = [f"CREATE SCHEMA IF NOT EXISTS {_q(self._schema)}"] if self._schema else []
+        out.append(
+            f"CREATE TABLE IF NOT EXISTS {self._table_sql()} ({', '.join(defs)}, "
+            f"PRIMARY KEY ({_q(ROW)}))"
+        )
+        out.append(
+            f"CREATE TABLE IF NOT EXISTS {self._meta_sql()} (sink_id VARCHAR PRIMARY KEY, "
+            f"batch_id BIGINT NOT NULL)"
+        )
+        return out
+
+    def _apply_sql(self, columns: _Columns, staged, stage: str, batch_id: int) -> list[str]:
+        cols = [*columns.stored, BATCH_COL]
+        exprs = [f"s.{_q(c)}" for c in columns.stored] + [str(int(batch_id))]
+        upsert = (
+            f"INSERT INTO {self._table_sql()} AS t ({', '.join(_q(c) for c in cols)}) "
+            f"SELECT {', '.join(exprs)} FROM {stage} AS s ON CONFLICT ({_q(ROW)}) DO UPDATE SET "
+            f"{_q(COUNT)} = t.{_q(COUNT)} + excluded.{_q(COUNT)}, "
+            f"{_q(BATCH_COL)} = excluded.{_q(BATCH_COL)}"
+        )
+        delete = f"DELETE FROM {self._table_sql()} WHERE {_q(COUNT)} <= 0"
+        return [upsert, delete]
+
+    # -- reading
+    def read(self) -> pd.DataFrame:
+        """The relation: every row as many times as it is held, without bookkeeping."""
+        frame = self._store.read(self)
+        if not len(frame):
+            return frame
+        counts = frame[COUNT].to_numpy(np.int64)
+        frame = frame.loc[frame.index.repeat(counts)]
+        return frame.drop(columns=[ROW, COUNT, BATCH_COL]).reset_index(drop=True)
+
+    def last_batch_id(self) -> int | None:
+        return self._store.last_batch_id(self)
+
+    def reset(self) -> None:
+        self._store.reset(self)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_store"] = self._store.unconnected()
+        return state
+
+    def __repr__(self) -> str:
+        return f"RelationSink({self._store.display()}, table={self.table!r})"

@@ -1,0 +1,59 @@
+"""headwater's streaming SQL: time-varying relations, windowing table functions
+and EMIT (docs/sql.md).
+
+``hw.sql(query, tables={...})`` binds a query to its tables and streams; the
+package itself is callable, so ``import headwater as hw; hw.sql(...)`` and
+``from headwater.sql import sql`` are the same function.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from headwater.sql.errors import SqlError
+
+__all__ = ["SqlError", "SqlQuery", "read_replay", "sql"]
+
+
+def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query", runner="local"):
+    """Bind ``query`` to ``tables`` (name -> pandas/Spark DataFrame, an
+    ``hw.from_pandas``/``hw.from_spark`` source, or :func:`read_replay`).
+
+    ``runner``: ``"local"`` (DuckDB and the model in this process) or
+    ``"spark"`` (native Spark batch plans; Structured Streaming for streams).
+    Returns an :class:`~headwater.sql.query.SqlQuery`.
+    """
+    if runner == "spark":
+        from headwater.sql.spark import SparkSqlQuery
+
+        return SparkSqlQuery(query, tables or {}, name)
+    if runner != "local":
+        raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
+    from headwater.sql.query import SqlQuery
+
+    return SqlQuery(query, tables or {}, name)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqlQuery":
+        from headwater.sql.query import SqlQuery
+
+        return SqlQuery
+    if name == "read_replay":
+        from headwater.sql.replay import read_replay
+
+        return read_replay
+    raise AttributeError(f"module 'headwater.sql' has no attribute {name!r}")
+
+
+class _CallableModule(types.ModuleType):
+    """``headwater.sql`` is also the function :func:`sql` (so ``hw.sql(...)`` works
+    after the submodule is imported, when Python binds the module to the name)."""
+
+    def __call__(self, query: Any, tables: dict[str, Any] | None = None, **options: Any):
+        return sql(query, tables, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
