@@ -22,6 +22,9 @@ _LAZY = {
     "headwater.runners.local": ("LocalRunner", "TestStream"),
     "headwater.model.reducer": ("Reducer", "Emission"),
     "headwater.model.combiners": ("CombineFn",),
+    "headwater.sql": ("sql",),
+    "headwater.model.slack": ("FixedSlack", "MaxDelaySlack", "QualityDriven"),
+    "headwater.model.quality": ("QualityRequirement",),
 }
 
 

@@ -29,6 +29,9 @@ MODEL_FORBIDDEN = (
 )
 #: The only parts of headwater that ``headwater.io`` may import.
 IO_ALLOWED = ("headwater.model", "headwater.io")
+#: The only parts of headwater that ``headwater.hybrid`` may import (never the CLI,
+#: the fluent API or SQL: the hybrid path builds plans of the model itself).
+HYBRID_ALLOWED = ("headwater.model", "headwater.runners", "headwater.io", "headwater.hybrid")
 
 
 def _module_name(path: Path) -> str:
@@ -164,6 +167,33 @@ def test_io_imports_only_the_model():
         if _under(target, "headwater") and not any(_under(target, p) for p in IO_ALLOWED)
     ]
     assert not bad, "headwater.io may import headwater.model only:\n" + "\n".join(bad)
+
+
+def test_hybrid_imports_only_lower_layers():
+    bad = [
+        f"{_where(name, line)}: {target}"
+        for name, imports in IMPORTS.items()
+        if _under(name, "headwater.hybrid")
+        for target, line in imports
+        if _under(target, "headwater") and not any(_under(target, p) for p in HYBRID_ALLOWED)
+    ]
+    assert not bad, "headwater.hybrid may import model, runners and io only:\n" + "\n".join(bad)
+
+
+#: What ``headwater.sql`` may import: it is a front end over the runners, as the
+#: fluent API is (never the CLI or the hybrid path).
+SQL_ALLOWED = ("headwater.model", "headwater.runners", "headwater.io", "headwater.sql")
+
+
+def test_sql_imports_only_lower_layers():
+    bad = [
+        f"{_where(name, line)}: {target}"
+        for name, imports in IMPORTS.items()
+        if _under(name, "headwater.sql")
+        for target, line in imports
+        if _under(target, "headwater") and not any(_under(target, p) for p in SQL_ALLOWED)
+    ]
+    assert not bad, "headwater.sql may import model, runners and io only:\n" + "\n".join(bad)
 
 
 def test_no_import_cycles():

@@ -21,6 +21,7 @@ from headwater.model.plan import (
 )
 from headwater.model.reducer import Aggregations, Emission, Reducer
 from headwater.model.schema import DropReason
+from headwater.model.slack import FixedSlack, MaxDelaySlack, QualityDriven, slack_trace
 from headwater.model.steps import (
     Bundle,
     ClockAdvance,
@@ -131,10 +132,18 @@ def _punctuated_watermarks(strategy, frame, ts, batches):
     return out
 
 
+def _slack_watermarks(strategy, frame, ts, batches):
+    """K-slack: the frame is one shard; its watermark moves after each batch."""
+    return [(None, int(w)) for w in slack_trace(strategy, ts, batches).watermarks]
+
+
 WATERMARKS: dict[type[WatermarkStrategy], WatermarkFn] = {
     BoundedOutOfOrderness: _bounded_watermarks,
     Perfect: _perfect_watermarks,
     Punctuated: _punctuated_watermarks,
+    FixedSlack: _slack_watermarks,
+    MaxDelaySlack: _slack_watermarks,
+    QualityDriven: _slack_watermarks,
 }
 
 #: What the local runner executes: every window function and combiner (it runs

@@ -25,15 +25,9 @@ def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query"
     ``"spark"`` (native Spark batch plans; Structured Streaming for streams).
     Returns an :class:`~headwater.sql.query.SqlQuery`.
     """
-    if runner == "spark":
-        from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.bind import bind
 
-        return SparkSqlQuery(query, tables or {}, name)
-    if runner != "local":
-        raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
-    from headwater.sql.query import SqlQuery
-
-    return SqlQuery(query, tables or {}, name)
+    return bind(query, tables, name=name, runner=runner)
 
 
 def __getattr__(name: str) -> Any:

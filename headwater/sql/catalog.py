@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
@@ -46,6 +47,26 @@ class Table:
     @property
     def is_stream(self) -> bool:
         return self.is_replay or bool(getattr(self.spark, "isStreaming", False))
+
+    def arrow_types(self) -> dict[str, pa.DataType]:
+        """Each column's Arrow type as a group's rows carry it (timestamps in ms)."""
+        if self.frame is not None:
+            return {c: _arrow_type(self.frame[c]) for c in self.columns}
+        from pyspark.sql import types as T
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        return {
+            f.name: pa.timestamp("ms")
+            if isinstance(f.dataType, T.TimestampType | T.TimestampNTZType)
+            else to_arrow_type(f.dataType)
+            for f in self.spark.schema.fields
+        }
+
+    def local_frame(self) -> pd.DataFrame:
+        """The rows of a bounded table in this process (a Spark table is collected)."""
+        if self.frame is not None:
+            return self.frame.drop(columns=[PTIME], errors="ignore")
+        return self.spark.toPandas()
 
     @property
     def columns(self) -> list[str]:
@@ -84,6 +105,12 @@ class Catalog:
 
     def __iter__(self):
         return iter(self._tables.values())
+
+
+def _arrow_type(column: pd.Series) -> pa.DataType:
+    if pd.api.types.is_datetime64_any_dtype(column):
+        return pa.timestamp("ms")
+    return pa.Array.from_pandas(column.iloc[:1000]).type
 
 
 def watermark_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:

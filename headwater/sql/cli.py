@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--as-of", help="processing time of the table view (ISO timestamp)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--runner", choices=("local", "spark"), default="local")
+    p.add_argument(
+        "--checkpoint", help="checkpoint directory of a script's streaming INSERT INTO (Spark)"
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep a streaming INSERT INTO running (default: stop when the files are processed)",
+    )
     return p
 
 
@@ -109,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with open(args.file, encoding="utf-8") as fh:
                 text = fh.read()
-            for frame in run_script(text, _tables(args), runner=args.runner):
+            options = {"checkpoint": args.checkpoint, "follow": args.follow}
+            for frame in run_script(text, _tables(args), runner=args.runner, **options):
                 sys.stdout.write(render(frame, args.format))
             return 0
         if not args.query:

@@ -22,16 +22,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
-from headwater.model.watermarks import Punctuated
+from headwater.model.time import to_millis
+from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
-from headwater.sql.changelog import GROUP_COLUMNS
+from headwater.sql.catalog import Table
+from headwater.sql.errors import SqlError
 from headwater.sql.local import (
     SqlPlan,
     SqlRun,
@@ -130,7 +133,7 @@ class SparkSqlQuery(SqlQuery):
             shutil.rmtree(workdir, ignore_errors=True)
         return collected
 
-    def _compile(self, sql: SqlPlan, stream):
+    def _compile(self, sql: SqlPlan, stream, watermark=None):
         plan = build_plan(
             Schema.of({f.name: of_spark(f.dataType) for f in stream.schema.fields}),
             keys=("key",) if self.plan.keys else (),
@@ -138,10 +141,149 @@ class SparkSqlQuery(SqlQuery):
             windowing=sql.strategy,
             aggregations=sql.aggregations,
             bounded=False,
-            watermark=Punctuated("watermark_ms"),
+            watermark=watermark or Punctuated("watermark_ms"),
             capabilities=CAPABILITIES,
         )
         return compile_streaming(stream, plan, transform=sql.maintainer, timestamps="ms")
+
+    # -- Spark streaming sources
+    def _union(self, sql: SqlPlan):
+        """The query's Spark streams as one stream in the union layout: the source
+        index, every stream's columns (null in the others' rows; timestamps as
+        epoch ms), the group key and the event time (ms)."""
+        from pyspark.sql import functions as F
+
+        parts = []
+        for i, table in enumerate(self.plan.streams):
+            if table.spark is None or not table.is_stream:
+                raise SqlError(f"table {table.name!r} is not a Spark stream")
+            cols = [F.lit(i).cast("long").alias(SOURCE)]
+            for other, their in enumerate(sql.layouts):
+                for column, union, arrow in zip(
+                    their.columns, their.union, their.types, strict=True
+                ):
+                    cols.append(_union_column(F, table.spark, column, union, arrow, other == i))
+            keys = [F.col(k).cast("string") for k in self.plan.keys]
+            key = F.concat_ws("|", *keys) if keys else F.lit("0")
+            cols += [key.alias("key"), F.unix_millis(F.col(table.event_time)).alias("ts")]
+            parts.append(table.spark.select(*cols))
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.unionByName(part)
+        return union
+
+    def start(
+        self,
+        *,
+        checkpoint_location: str,
+        sink=None,
+        dead_letter_sink=None,
+        trigger: Mapping[str, Any] | None = None,
+    ):
+        """Start the query over its Spark streams: each micro-batch's changelog
+        (the query's columns, ``undo``, ``ptime``, ``ver``) goes to ``sink`` and its
+        dead letters to ``dead_letter_sink`` (``f(batch_df, batch_id)``, idempotent
+        per batch id: e.g. :class:`~headwater.io.sinks.relation.RelationSink`,
+        :func:`~headwater.io.sinks.parquet_sink`)."""
+        from pyspark.sql import functions as F
+
+        sql = compile_sql(self.plan)
+        delays = [t.watermark.delay for t in self.plan.streams if t.watermark is not None]
+        if not delays:
+            raise SqlError(
+                "a Spark stream needs a watermark",
+                hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
+            )
+        out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)))
+        fields = [f.name for f in sql.maintainer.output_fields()]
+        columns = [
+            *[F.col(c) for c in sql.maintainer.columns],
+            F.col("undo"),
+            F.timestamp_millis(F.col("ptime")).alias("ptime"),
+            F.col("ver"),
+        ]
+
+        def each_batch(batch, batch_id: int) -> None:
+            batch = batch.persist()
+            try:
+                if sink is not None:
+                    sink(changes(batch, fields).select(*columns), batch_id)
+                if dead_letter_sink is not None:
+                    dead_letter_sink(dead_letters(batch), batch_id)
+            finally:
+                batch.unpersist()
+
+        writer = out.writeStream.foreachBatch(each_batch).option(
+            "checkpointLocation", checkpoint_location
+        )
+        if trigger:
+            writer = writer.trigger(**trigger)
+        with state_store_for(self.spark):
+            return writer.start()
+
+    def write(self, sink, **options: Any) -> None:
+        """As :meth:`SqlQuery.write`; over Spark streams, a streaming query to
+        ``sink`` that runs until the files there are processed (``checkpoint``:
+        its checkpoint directory, required; ``follow=True``: keep running)."""
+        if not any(t.spark is not None and t.is_stream for t in self.plan.streams):
+            return super().write(sink)
+        checkpoint = options.get("checkpoint")
+        if not checkpoint:
+            raise SqlError(
+                "a streaming INSERT INTO needs a checkpoint directory",
+                hint="Pass --checkpoint DIR (or checkpoint=... from Python)",
+            )
+        trigger = None if options.get("follow") else {"availableNow": True}
+        self.start(checkpoint_location=checkpoint, sink=sink, trigger=trigger).awaitTermination()
+
+
+def _union_column(F, df, column: str, union: str, arrow, own: bool):
+    """One union column of a stream's rows: its own value (timestamps as ms), or a
+    typed null for another stream's column."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    spark_type = "long" if pa.types.is_timestamp(arrow) else from_arrow_type(arrow)
+    if not own:
+        return F.lit(None).cast(spark_type).alias(union)
+    value = F.col(column)
+    if pa.types.is_timestamp(arrow):
+        value = F.unix_millis(value.cast("timestamp"))
+    return value.cast(spark_type).alias(union)
+
+
+def _ddl(columns: Mapping[str, str]) -> str:
+    """A CREATE TABLE's columns as a Spark schema (types in Spark's spelling)."""
+    from sqlglot import exp
+
+    return ", ".join(
+        f"`{name}` {exp.DataType.build(sql_type).sql(dialect='spark')}"
+        for name, sql_type in columns.items()
+    )
+
+
+def spark_source(d, options: Mapping[str, Any]) -> Table:
+    """A script's source on Spark: a directory is a stream of the files arriving
+    in it; a file, a bounded table; a replay, a recorded stream."""
+    from headwater.sql.sources import local_source
+
+    fmt, path = d.options.get("format", "").lower(), d.options.get("path", "")
+    if fmt == "replay" or not os.path.isdir(path):
+        return local_source(d)
+    spark = options.get("spark") or spark_session()
+    reader = spark.readStream.schema(_ddl(d.columns)).format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true")
+    watermark = (
+        None if d.watermark_delay_ms is None else BoundedOutOfOrderness(d.watermark_delay_ms)
+    )
+    return Table(
+        d.name,
+        spark=reader.load(path),
+        event_time=d.event_time,
+        watermark=watermark,
+        allowed_lateness=to_millis(d.options.get("allowed_lateness")),
+        types=dict(d.columns),
+    )
 
 
 def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
@@ -176,4 +318,4 @@ def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
     return SqlRun(sql.maintainer.columns, log[fields].reset_index(drop=True), dead)
 
 
-__all__ = ["SparkSqlQuery", "GROUP_COLUMNS"]
+__all__ = ["SparkSqlQuery", "spark_source"]

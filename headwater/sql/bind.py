@@ -1,0 +1,24 @@
+"""Binding a query to its tables on a runner: the one place that picks the runner."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from headwater.sql.errors import SqlError
+
+
+def bind(
+    query: Any, tables: Mapping[str, Any] | None = None, *, name: str = "query", runner="local"
+):
+    """A :class:`~headwater.sql.query.SqlQuery` of ``query`` (text or parsed) over
+    ``tables`` on ``runner`` (``"local"`` or ``"spark"``)."""
+    if runner == "spark":
+        from headwater.sql.spark import SparkSqlQuery
+
+        return SparkSqlQuery(query, tables or {}, name)
+    if runner != "local":
+        raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
+    from headwater.sql.query import SqlQuery
+
+    return SqlQuery(query, tables or {}, name)

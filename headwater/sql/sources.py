@@ -1,0 +1,89 @@
+"""Tables a SQL script declares with CREATE TABLE: sources and sinks.
+
+Sources (a table with ``WATERMARK FOR``, or ``'format'`` = parquet / csv / json
+/ replay with a ``'path'``): ``replay`` is a recorded stream (JSON lines of
+rows and watermarks); parquet, csv and json are files, read here as they are
+(the Spark runner reads a directory as a stream: ``headwater.sql.spark``).
+``'allowed_lateness'`` sets a source's allowed lateness (``'5 minutes'``).
+Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
+``table`` (the current rows in DuckDB or PostgreSQL, ``'table'`` naming it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pandas as pd
+
+from headwater.io.sinks import parquet_sink
+from headwater.io.sinks.relation import RelationSink
+from headwater.model.time import to_millis
+from headwater.model.watermarks import BoundedOutOfOrderness
+from headwater.sql.catalog import Table
+from headwater.sql.ddl import SourceDef
+from headwater.sql.errors import SqlError
+from headwater.sql.replay import read_replay
+
+SINK_FORMATS = ("changelog", "table")
+_READERS = {
+    "parquet": pd.read_parquet,
+    "csv": pd.read_csv,
+    "json": lambda path: pd.read_json(path, lines=True),
+}
+
+
+def _files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(p for p in glob.glob(os.path.join(path, "*")) if not p.startswith("."))
+    return sorted(glob.glob(path)) or [path]
+
+
+def local_source(d: SourceDef) -> Table:
+    """A source of a script as the local runner reads it."""
+    fmt, path = d.options.get("format", "").lower(), d.options.get("path")
+    if path is None:
+        raise SqlError(f"table {d.name!r} has no 'path'", d.line, None, "Add WITH ('path' = ...)")
+    lateness = to_millis(d.options.get("allowed_lateness"))
+    if fmt == "replay":
+        if d.event_time is None:
+            raise SqlError(f"replay {d.name!r} needs WATERMARK FOR its event time", d.line)
+        return read_replay(path, d.name, d.event_time, d.columns, lateness)
+    reader = _READERS.get(fmt)
+    if reader is None:
+        raise SqlError(
+            f"table {d.name!r}: unknown format {fmt!r}",
+            d.line,
+            None,
+            f"Use one of {', '.join([*_READERS, 'replay'])} for a source, "
+            f"{' or '.join(SINK_FORMATS)} for a sink",
+        )
+    frames = [reader(p) for p in _files(path)]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*d.columns])
+    for column, sql_type in d.columns.items():
+        if sql_type.startswith("TIMESTAMP") and column in frame:
+            frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
+    delay = d.watermark_delay_ms
+    watermark = None if delay is None else BoundedOutOfOrderness(delay)
+    return Table(
+        d.name,
+        frame=frame,
+        event_time=d.event_time,
+        watermark=watermark,
+        allowed_lateness=lateness,
+        types=dict(d.columns),
+    )
+
+
+def make_sink(d: SourceDef):
+    """The sink a ``CREATE TABLE ... WITH ('format' = 'changelog' | 'table')`` declares."""
+    fmt, path = d.options.get("format", "").lower(), d.options.get("path")
+    if path is None:
+        raise SqlError(f"sink {d.name!r} has no 'path'", d.line)
+    if fmt == "changelog":
+        return parquet_sink(path)
+    return RelationSink(path, table=d.options.get("table", d.name))
+
+
+def is_sink(d: SourceDef) -> bool:
+    return d.event_time is None and d.options.get("format", "").lower() in SINK_FORMATS
