@@ -122,6 +122,10 @@ class SparkSqlQuery(SqlQuery):
 
     def _replay(self, as_of: int | None) -> SqlRun:
         sql = compile_sql(self.plan)
+        if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
+            from headwater.sql.aggregate_spark import run_replay
+
+            return run_replay(self.spark, sql, as_of)
         workdir = tempfile.mkdtemp(prefix="headwater-sql-")
         try:
             path = os.path.join(workdir, "timeline.jsonl")
@@ -188,6 +192,16 @@ class SparkSqlQuery(SqlQuery):
         from pyspark.sql import functions as F
 
         sql = compile_sql(self.plan)
+        if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
+            from headwater.sql import aggregate_spark
+
+            return aggregate_spark.start(
+                sql,
+                checkpoint_location=checkpoint_location,
+                sink=sink,
+                dead_letter_sink=dead_letter_sink,
+                trigger=trigger,
+            )
         delays = [t.watermark.delay for t in self.plan.streams if t.watermark is not None]
         if not delays:
             raise SqlError(
@@ -234,7 +248,8 @@ class SparkSqlQuery(SqlQuery):
                 hint="Pass --checkpoint DIR (or checkpoint=... from Python)",
             )
         trigger = None if options.get("follow") else {"availableNow": True}
-        self.start(checkpoint_location=checkpoint, sink=sink, trigger=trigger).awaitTermination()
+        location = os.path.join(checkpoint, self.plan.name)  # one per INSERT INTO
+        self.start(checkpoint_location=location, sink=sink, trigger=trigger).awaitTermination()
 
 
 def _union_column(F, df, column: str, union: str, arrow, own: bool):

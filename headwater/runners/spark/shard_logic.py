@@ -75,19 +75,23 @@ class ShardLogic:
         self.state.update((reducer.snapshot(), self._move_timer(reducer, wm, timer, expired)))
         changes = None
         if self.plan.transform is not None:
-            changes = self._transform(emission.panes, int(batch.now))
+            changes = self._transform(emission.panes, int(batch.now), reducer.watermark)
             emission = Emission(emission.panes.iloc[:0], emission.dropped)
         return self._output([emission, Emission(emission.panes.iloc[:0], nulls)], changes)
 
-    def _transform(self, panes: pd.DataFrame, now: int) -> pd.DataFrame | None:
+    def _transform(self, panes: pd.DataFrame, now: int, watermark: int) -> pd.DataFrame | None:
         """The plan's pane transform over this step's panes; its state is read and
-        written only when panes fired."""
+        written only when panes fired (then a transform with ``expire`` also
+        forgets what the reducer collected by ``watermark``)."""
         if not len(panes):
             return None
         transform = self.plan.transform
         stored = self.transform_state.get()
         state = transform.restore(bytes(stored[0]) if stored is not None else None)
         out = transform.apply(panes, now, state)
+        expire = getattr(transform, "expire", None)
+        if expire is not None:
+            expire(state, int(watermark))
         self.transform_state.update((transform.snapshot(state),))
         return out
 
@@ -255,6 +259,9 @@ class ShardLogic:
         for c in plan.input_cols:
             if c != N:
                 out[DROP + c] = dropped[c].to_numpy()
+        for f in plan.out_schema.fieldNames():
+            if f.startswith(OUT):
+                out[f] = None
         return out
 
 
