@@ -3,8 +3,10 @@
 Each benchmark is a module ``headwater.bench.NAME`` with a ``main(argv)``
 function; every one measures headwater against a reference in the same run and
 prints the ratio (DESIGN.md: performance claims are ratios): ``batch`` and
-``streaming`` against the Spark-native equivalent, ``core`` (the local runner's
-column-wise reducer) against Beam's Python direct runner on the same timeline.
+``streaming`` against the Spark-native equivalent, ``sql`` (a windowed-aggregate
+SQL query, bounded and streaming) against the hand-written native Spark query,
+``core`` (the local runner's column-wise reducer) against Beam's Python direct
+runner on the same timeline.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 Writes ``DIR/metrics.json`` and four PNG plots (docs/hybrid.md, "The experiment").
 AQ-K-slack and HPM share their stream module (the quality-driven K-slack), so
-it runs once; HPM adds the batch module's corrections.
+it runs once; HPM adds the batch module's corrections. On Spark (the default,
+:mod:`headwater.hybrid.on_spark`) or on the local runner (:data:`RUNNERS`);
+the work directory (``DIR/work`` unless ``--work``) holds the archive, the
+changelog, the current-results table and Spark's checkpoints, and is emptied
+when a run starts.
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +28,7 @@ import pandas as pd
 from headwater.hybrid import metrics as M
 from headwater.hybrid import plots
 from headwater.hybrid.generator import generate, profile, read_stream, stream_stats
-from headwater.hybrid.hpm import apply_corrections, run_stream
+from headwater.hybrid.hpm import AppliedCorrection, StreamRun, apply_corrections, run_stream
 from headwater.hybrid.pipeline import (
     Query,
     estimate_requirement,
@@ -31,7 +37,7 @@ from headwater.hybrid.pipeline import (
     shard_of,
     with_batches,
 )
-from headwater.model.slack import MaxDelaySlack
+from headwater.model.slack import MaxDelaySlack, QualityDriven
 from headwater.runners.local import run_frame
 
 
@@ -64,40 +70,148 @@ class Progress:
                 sys.stderr.write("\n")
 
 
+@dataclass(frozen=True)
+class Runs:
+    """The runs the metrics are computed from."""
+
+    truth: pd.DataFrame  # exact results
+    mp: StreamRun
+    aq: StreamRun  # HPM's stream module
+    corrections: list[AppliedCorrection]  # HPM's
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """How the stream module's throughput is measured: the shard counts; on Spark the
+    masters, the tuples of the stream used (``events``: its first ones, all if None)
+    multiplied by ``density`` (:func:`headwater.hybrid.on_spark.densify`), and how
+    often each count runs (the fastest run counts)."""
+
+    shards: tuple[int, ...] = (1, 2, 4)
+    masters: tuple[str, ...] = ("local[*]", "local-cluster[2,1,2048]")
+    events: int | None = 200_000
+    density: int = 10
+    repeats: int = 2
+
+
+@dataclass(frozen=True)
+class Job:
+    """One experiment: the stream (with batch times), settings, shards, where to work."""
+
+    stream: pd.DataFrame
+    settings: Settings
+    adaptive: QualityDriven
+    shards: int
+    throughput: Throughput
+    work: Path
+    progress: Progress
+
+
 def run_experiment(
     stream: pd.DataFrame,
     out: Path,
     settings: Settings = Settings(),
     *,
+    runner: str = "spark",
     shards: int = 1,
-    throughput_shards: tuple[int, ...] = (1, 2, 4),
+    throughput: Throughput = Throughput(),
+    work: Path | None = None,
     progress: Progress | None = None,
 ) -> dict:
-    """Run the three methods; write metrics.json and the plots into ``out``; the metrics."""
+    """Run the three methods on ``runner`` ("spark" or "local"); write metrics.json and
+    the plots into ``out``; the metrics."""
     q = settings.query
-    progress = progress or Progress(5 + len(throughput_shards), enabled=False)
+    steps = 5 + THROUGHPUT_STEPS[runner](throughput)
+    progress = progress or Progress(steps, enabled=False)
     out.mkdir(parents=True, exist_ok=True)
+    work = Path(work or out / "work")
+    shutil.rmtree(work, ignore_errors=True)
     stream = with_batches(stream, q)
-    truth = run_frame(stream, q.plan(stream, None)).panes
-    progress.step("exact results")
     req = estimate_requirement(stream, q, settings.eps, settings.delta)
     adaptive = quality_driven(req, q, settings.kp, settings.kd)
-    mp = run_stream(stream, q, MaxDelaySlack(), shards)
-    progress.step("MP-K-slack")
-    aq = run_stream(stream, q, adaptive, shards)
-    progress.step("quality-driven K-slack")
-    corrections = apply_corrections(stream, aq, q, out / "hpm", gamma=settings.gamma)
-    progress.step("HPM corrections")
-    result = _metrics(mp, aq, corrections, truth, settings)
+    job = Job(stream, settings, adaptive, shards, throughput, work, progress)
+    runs = RUNNERS[runner](job)
+    result = _metrics(runs.mp, runs.aq, runs.corrections, runs.truth, settings)
     result["settings"] = _settings(settings, req, adaptive.lambda_thr, shards, stream)
-    rates = [_throughput(stream, q, adaptive, n) for n in throughput_shards]
-    for n in throughput_shards:
-        progress.step(f"throughput, {n} shards")
-    result["throughput"] = {str(n): r for n, r in zip(throughput_shards, rates, strict=True)}
-    _plots(out, mp, aq, corrections, truth, q, (list(throughput_shards), rates))
+    result["settings"]["runner"] = runner
+    result["throughput"], result["throughput_setup"] = THROUGHPUT[runner](job)
+    _plots(out, runs, q, result["throughput"])
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
     progress.step("plots")
     return result
+
+
+def _local_runs(job: Job) -> Runs:
+    q, step = job.settings.query, job.progress.step
+    truth = run_frame(job.stream, q.plan(job.stream, None)).panes
+    step("exact results")
+    mp = run_stream(job.stream, q, MaxDelaySlack(), job.shards)
+    step("MP-K-slack")
+    aq = run_stream(job.stream, q, job.adaptive, job.shards)
+    step("quality-driven K-slack")
+    corrections = apply_corrections(job.stream, aq, q, job.work / "hpm", gamma=job.settings.gamma)
+    step("HPM corrections")
+    return Runs(truth, mp, aq, corrections)
+
+
+def _spark_runs(job: Job) -> Runs:
+    from headwater.hybrid.on_spark import spark_runs
+
+    q = job.settings.query
+    runs = spark_runs(
+        job.stream,
+        q,
+        job.adaptive,
+        gamma=job.settings.gamma,
+        shards=job.shards,
+        work=job.work / "spark",
+        step=job.progress.step,
+    )
+    return Runs(runs.truth, runs.mp, runs.aq, runs.corrections)
+
+
+def _local_throughput(job: Job) -> tuple[dict, dict]:
+    rates = {}
+    for n in job.throughput.shards:
+        rates[str(n)] = _throughput(job.stream, job.settings.query, job.adaptive, n)
+        job.progress.step(f"throughput, {n} shards")
+    return {"local": rates}, {"local": {"processes": "one per shard", "tuples": len(job.stream)}}
+
+
+def _spark_throughput(job: Job) -> tuple[dict, dict]:
+    from headwater.hybrid.on_spark import densify, spark_throughput
+
+    t, q = job.throughput, job.settings.query
+    if not t.masters:
+        return {}, {}
+    stream = job.stream if t.events is None else job.stream.iloc[: t.events]
+    measured = spark_throughput(
+        densify(stream, q, t.density),
+        q,
+        job.adaptive,
+        t.shards,
+        job.work / "throughput",
+        t.masters,
+        repeats=t.repeats,
+        step=job.progress.step,
+    )
+    rates = {master: m.pop("rates") for master, m in measured.items()}
+    return rates, {**measured, "density": t.density}
+
+
+#: The runs of each ``--runner``.
+RUNNERS: dict[str, Callable[[Job], Runs]] = {"spark": _spark_runs, "local": _local_runs}
+#: The throughput measurement of each ``--runner``: ``{where: {shards: tuples/s}}`` and
+#: what it ran on.
+THROUGHPUT: dict[str, Callable[[Job], tuple[dict, dict]]] = {
+    "spark": _spark_throughput,
+    "local": _local_throughput,
+}
+#: Progress steps of each runner's throughput measurement.
+THROUGHPUT_STEPS: dict[str, Callable[[Throughput], int]] = {
+    "spark": lambda t: len(t.masters),
+    "local": lambda t: len(t.shards),
+}
 
 
 def _metrics(mp, aq, corrections, truth, s: Settings) -> dict:
@@ -142,13 +256,16 @@ def _settings(s: Settings, req, lambda_thr: float, shards: int, stream) -> dict:
 def _throughput(stream, q: Query, strategy, shards: int) -> float:
     """Tuples per second of the stream module with ``shards`` shards in as many processes."""
     parts = [shard_of(stream, q, i, shards) for i in range(shards)]
+    parts = [part for part in parts if len(part)]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=shards) as pool:
-        list(pool.map(run_shard, parts, [q] * shards, [strategy] * shards))
+        list(pool.map(run_shard, parts, [q] * len(parts), [strategy] * len(parts)))
     return len(stream) / (time.perf_counter() - start)
 
 
-def _plots(out: Path, mp, aq, corrections, truth, q: Query, throughput) -> None:
+def _plots(out: Path, runs: Runs, q: Query, throughput: dict) -> None:
+    mp, aq, corrections, truth = runs.mp, runs.aq, runs.corrections, runs.truth
+
     def k_series(run):
         shard = run.shards[0]
         return shard.batch_times, shard.trace.slack
@@ -167,7 +284,9 @@ def _plots(out: Path, mp, aq, corrections, truth, q: Query, throughput) -> None:
         "mp_k_slack": M.accuracy_over_time(mp, [], truth, q, times),
     }
     plots.accuracy_plot(out / "accuracy.png", times, accuracy)
-    plots.throughput_plot(out / "throughput.png", *throughput, runner="local")
+    series = {where: ([int(n) for n in r], list(r.values())) for where, r in throughput.items()}
+    if series:  # not measured: no plot
+        plots.throughput_plot(out / "throughput.png", series)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -182,13 +301,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, help="tuples to generate (default: the profile's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shards", type=int, default=1)
-    p.add_argument("--runner", choices=["local"], default="local")
+    p.add_argument("--runner", choices=sorted(RUNNERS), default="spark")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--work", help="work directory, emptied first (default OUT/work)")
     for name, default in (("event-time", "ts"), ("arrival", "arrival"), ("key", "sensor")):
         p.add_argument(f"--{name}", default=default, help=f"--input's column (default {default})")
     p.add_argument("--value", default="speed", help="--input's summed column (default speed)")
     p.add_argument("--arrival-is-order", action="store_true", help="--arrival is a position")
+    t = Throughput()
     p.add_argument("--throughput-shards", default="1,2,4", help="shard counts to time")
+    p.add_argument(
+        "--throughput-masters",
+        default=";".join(t.masters),
+        help=f"Spark masters to time on, separated by ';' (default {';'.join(t.masters)})",
+    )
+    p.add_argument("--throughput-events", type=int, default=t.events, help="tuples used")
+    p.add_argument("--throughput-density", type=int, default=t.density, help="copies per tuple")
+    p.add_argument("--throughput-repeats", type=int, default=t.repeats, help="runs per count")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -206,11 +335,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         stream = generate(profile(args.profile), seed=args.seed, events=args.events)
-    counts = tuple(int(n) for n in args.throughput_shards.split(","))
-    progress = Progress(5 + len(counts), enabled=not args.no_progress)
+    throughput = Throughput(
+        tuple(int(n) for n in args.throughput_shards.split(",")),
+        tuple(m for m in args.throughput_masters.split(";") if m),
+        args.throughput_events,
+        args.throughput_density,
+        args.throughput_repeats,
+    )
+    steps = 5 + THROUGHPUT_STEPS[args.runner](throughput)
+    progress = Progress(steps, enabled=not args.no_progress)
     out = Path(args.out)
     result = run_experiment(
-        stream, out, shards=args.shards, throughput_shards=counts, progress=progress
+        stream,
+        out,
+        runner=args.runner,
+        shards=args.shards,
+        throughput=throughput,
+        work=Path(args.work) if args.work else None,
+        progress=progress,
     )
     print(json.dumps({k: v for k, v in result.items() if k != "settings"}, indent=2))
     print(f"wrote {out / 'metrics.json'} and plots in {os.fspath(out)}")

@@ -21,7 +21,10 @@ import pandas as pd
 from headwater.hybrid.correction import (
     Archive,
     Corrector,
+    Recompute,
+    applied_corrections,
     correction_points,
+    recompute_locally,
     stream_batch_id,
 )
 from headwater.hybrid.pipeline import BATCH_TIME, Query, ShardRun, run_shard, shard_of
@@ -40,8 +43,11 @@ class StreamRun:
 
 
 def run_stream(stream: pd.DataFrame, query: Query, strategy: SlackStrategy, shards: int):
-    """The stream module over ``shards`` shards (each its own watermark), in this process."""
-    runs = [run_shard(shard_of(stream, query, i, shards), query, strategy) for i in range(shards)]
+    """The stream module over ``shards`` shards (each its own watermark), in this process;
+    the input ends at the stream's last batch time."""
+    end = int(stream[BATCH_TIME].max())
+    parts = [shard_of(stream, query, i, shards) for i in range(shards)]
+    runs = [run_shard(part, query, strategy, end) for part in parts if len(part)]
     return StreamRun(
         pd.concat([r.panes for r in runs], ignore_index=True),
         pd.concat([r.dead_letters for r in runs], ignore_index=True),
@@ -65,6 +71,50 @@ def results_sink(directory: str | os.PathLike, query: Query, target: str | None 
     return CurrentResultsSink(where, table="hpm_results", key_cols=(query.key,))
 
 
+class BatchModule:
+    """HPM's batch module under ``directory``: the archive, the changelog, the
+    current-results table and the corrector (``recompute``: the bounded plan's runner).
+
+    It is fed in processing-time order, one chunk at a time (:meth:`apply`)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        query: Query,
+        *,
+        results: CurrentResultsSink | None = None,
+        recompute: Recompute = recompute_locally,
+    ) -> None:
+        directory = Path(directory)
+        self.dir, self.query = directory, query
+        self.results = results or results_sink(directory, query)
+        self.changelog = ChangelogSink(directory / "changelog")
+        self.archive = Archive(directory / "archive", query)
+        self.corrector = Corrector(
+            directory / "corrections", query, self.archive, self.results, self.changelog, recompute
+        )
+
+    def apply(
+        self, number: int, panes: pd.DataFrame, late: pd.DataFrame, until: int | None
+    ) -> AppliedCorrection | None:
+        """Chunk ``number``: its stream panes to the changelog and the table (batch id
+        ``2 number``), then, with ``until`` (the processing time the chunk ends at), the
+        correction of its registered late tuples ``late``; the correction if applied now."""
+        panes = panes.drop(columns="time", errors="ignore")
+        self.changelog(panes, stream_batch_id(number))
+        if len(panes):
+            self.results.write(panes, stream_batch_id(number))
+        if until is None or not len(late):
+            return None
+        done = self.corrector.correct(number, late, until)
+        return None if done is None else AppliedCorrection(number, until, done.rows, late)
+
+    def corrections(self) -> list[AppliedCorrection]:
+        """Every correction applied so far (read back from the corrector's manifests)."""
+        found = applied_corrections(self.dir / "corrections")
+        return [AppliedCorrection(*c) for c in found]
+
+
 def apply_corrections(
     stream: pd.DataFrame,
     run: StreamRun,
@@ -74,13 +124,10 @@ def apply_corrections(
     gamma: int,
     results: CurrentResultsSink | None = None,
 ) -> list[AppliedCorrection]:
-    """Feed ``run`` to the batch module under ``directory``; the corrections applied now
-    (none that an earlier, interrupted call applied already)."""
-    directory = Path(directory)
-    results = results or results_sink(directory, query)
-    changelog = ChangelogSink(directory / "changelog")
-    archive = Archive(directory / "archive", query)
-    corrector = Corrector(directory / "corrections", query, archive, results, changelog)
+    """Feed ``run`` to the batch module under ``directory``, archiving each chunk's
+    tuples first; the corrections applied now (none that an earlier, interrupted call
+    applied already)."""
+    module = BatchModule(directory, query, results=results)
     dead = run.dead_letters.sort_values("time", kind="stable")
     points = correction_points(dead["time"].to_numpy(), dead["event_time"].to_numpy(), gamma)
     ends = [*points, int(stream[BATCH_TIME].max())]
@@ -88,16 +135,16 @@ def apply_corrections(
     panes = run.panes[pane_cols]
     applied, lo = [], np.iinfo(np.int64).min
     for chunk, hi in enumerate(ends):
-        if chunk >= corrector.next_correction:
-            arrived = stream[(stream[BATCH_TIME] > lo) & (stream[BATCH_TIME] <= hi)]
-            archive.append(arrived, chunk)
-            emitted = panes[(panes["time"] > lo) & (panes["time"] <= hi)].drop(columns="time")
-            changelog(emitted, stream_batch_id(chunk))
-            if len(emitted):
-                results.write(emitted, stream_batch_id(chunk))
-            late = dead[(dead["time"] > lo) & (dead["time"] <= hi)]
-            done = corrector.correct(chunk, late) if len(late) else None
+        if chunk >= module.corrector.next_correction:
+            module.archive.append(stream[in_chunk(stream[BATCH_TIME], lo, hi)], chunk)
+            emitted = panes[in_chunk(panes["time"], lo, hi)]
+            done = module.apply(chunk, emitted, dead[in_chunk(dead["time"], lo, hi)], hi)
             if done is not None:
-                applied.append(AppliedCorrection(chunk, hi, done.rows, late))
+                applied.append(done)
         lo = hi
     return applied
+
+
+def in_chunk(times: pd.Series, lo: int, hi: int) -> pd.Series:
+    """Which of ``times`` fall in the chunk ``(lo, hi]``."""
+    return (times > lo) & (times <= hi)

@@ -58,15 +58,16 @@ def accuracy_plot(path: Path, times: np.ndarray, accuracy: dict[str, np.ndarray]
     _save(fig, path)
 
 
-def throughput_plot(path: Path, shards: list[int], rate: list[float], runner: str) -> None:
-    """Stream-module throughput (tuples/s) against the number of shards."""
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(shards, rate, marker="o")
-    ax.set(
-        xlabel="shards",
-        ylabel="tuples / s",
-        title=f"Throughput ({runner} runner)",
-        xticks=shards,
-    )
+def throughput_plot(path: Path, series: dict[str, tuple[list[int], list[float]]]) -> None:
+    """Stream-module throughput (tuples/s) against the number of shards, one line per
+    place it was measured (a Spark master, or the local runner's processes)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    ticks: set[int] = set()
+    for where, (shards, rate) in series.items():
+        ax.plot(shards, rate, marker="o", label=where)
+        ticks.update(shards)
+    ax.set(xlabel="shards", ylabel="tuples / s", title="Stream-module throughput")
+    ax.set_xticks(sorted(ticks))
     ax.set_ylim(bottom=0)
+    ax.legend()
     _save(fig, path)

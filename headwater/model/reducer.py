@@ -99,8 +99,11 @@ class Reducer:
         return len(self._table)
 
     def _gc_time(self, end: np.ndarray) -> np.ndarray:
-        lateness = self.strategy.allowed_lateness
-        return np.where(end >= GLOBAL_WINDOW_END - lateness, GLOBAL_WINDOW_END, end + lateness)
+        """When a window's state is collected: end + allowed lateness + retention."""
+        return self._past(end, self.strategy.allowed_lateness + self.strategy.retention)
+
+    def _past(self, end: np.ndarray, after: int) -> np.ndarray:
+        return np.where(end >= GLOBAL_WINDOW_END - after, GLOBAL_WINDOW_END, end + after)
 
     # ------------------------------------------------------------------ steps
     def add_bundle(self, keys, timestamps, values=None, now: int | None = None) -> Emission:
@@ -185,7 +188,7 @@ class Reducer:
                 self._dropped(codes[lost], ts[lost], none, none, inputs, lost, "no_window")
             )
         code, ets = codes[row], ts[row]
-        late = self._gc_time(we) <= self.watermark
+        late = self._past(we, self.strategy.allowed_lateness) <= self.watermark
         if late.any():
             dropped.append(
                 self._dropped(code[late], ets[late], ws[late], we[late], inputs, row[late], "late")

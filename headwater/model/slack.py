@@ -19,6 +19,7 @@ arrival order (:func:`slack_trace`): every runner calls it for every shard.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,84 +112,202 @@ def delays(ts: np.ndarray) -> np.ndarray:
     return np.maximum(before - ts, 0) if len(ts) else ts
 
 
+@dataclass(frozen=True)
+class SlackStep:
+    """What one micro-batch did to a shard's K-slack: the watermark after it, the ``K``
+    (ms) it was computed with, and for :class:`QualityDriven` ``alpha`` after the batch
+    and the coverage of each window measured in it."""
+
+    watermark: int
+    slack: int
+    alpha: float | None = None
+    coverage: tuple[float, ...] = ()
+
+
+class SlackTracker:
+    """One shard's K-slack, advanced micro-batch by micro-batch (:meth:`advance`).
+
+    It keeps ``t_max``, the largest delay ``k`` and the watermark; its state
+    round-trips through :meth:`snapshot` / :func:`slack_tracker` (a small JSON
+    document), so a runner can keep it in a state store between micro-batches.
+    """
+
+    def __init__(self, strategy: SlackStrategy, state: dict | None = None) -> None:
+        state = state or {}
+        self.strategy = strategy
+        self.t_max = int(state.get("t_max", MIN_TIMESTAMP))
+        self.k = int(state.get("k", 0))
+        self.watermark = int(state.get("watermark", MIN_TIMESTAMP))
+
+    def slack(self) -> int:
+        raise NotImplementedError
+
+    def advance(self, ts: np.ndarray) -> SlackStep:
+        """The rows of one micro-batch (event times in arrival order) have arrived."""
+        self._observe(np.asarray(ts, dtype=np.int64))
+        return self._close()
+
+    def _observe(self, ts: np.ndarray) -> None:
+        if len(ts):
+            seen = np.maximum.accumulate(np.r_[self.t_max, ts])
+            self.k = max(self.k, int(np.max(seen[:-1] - ts, initial=0)))
+            self.t_max = int(seen[-1])
+
+    def _close(self) -> SlackStep:
+        slack = self.slack()
+        if self.t_max > MIN_TIMESTAMP:
+            self.watermark = max(self.watermark, self.t_max - slack)
+        return SlackStep(self.watermark, slack)
+
+    def state(self) -> dict:
+        return {"t_max": self.t_max, "k": self.k, "watermark": self.watermark}
+
+    def snapshot(self) -> bytes:
+        return json.dumps({"version": _SNAPSHOT_VERSION, **self.state()}).encode()
+
+
+_SNAPSHOT_VERSION = 1
+
+
+class _FixedTracker(SlackTracker):
+    def slack(self) -> int:
+        return self.strategy.slack
+
+
+class _MaxDelayTracker(SlackTracker):
+    def slack(self) -> int:
+        return self.k
+
+
+class _QualityTracker(SlackTracker):
+    """``K = round(alpha * k)``; after each batch, one controller update per window
+    whose follow-up has ended."""
+
+    def __init__(self, strategy: QualityDriven, state: dict | None = None) -> None:
+        super().__init__(strategy, state)
+        state = state or {}
+        self.counts = _WindowCounts(strategy, state.get("counts"))
+        self.pd = _PD(strategy.kp, strategy.kd, strategy.lambda_thr, strategy.alpha0)
+        self.pd.alpha = float(state.get("alpha", self.pd.alpha))
+        self.pd.err = float(state.get("err", 0.0))
+
+    def slack(self) -> int:
+        return round(self.pd.alpha * self.k)
+
+    def advance(self, ts: np.ndarray) -> SlackStep:
+        ts = np.asarray(ts, dtype=np.int64)
+        self.counts.add(ts, self.watermark)  # judged against the watermark at arrival
+        self._observe(ts)
+        step = self._close()
+        measured = self.counts.finished(self.watermark)
+        for coverage in measured:
+            self.pd.update(coverage)
+        return SlackStep(step.watermark, step.slack, self.pd.alpha, tuple(measured))
+
+    def state(self) -> dict:
+        extra = {"alpha": self.pd.alpha, "err": self.pd.err, "counts": self.counts.state()}
+        return {**super().state(), **extra}
+
+
+#: The tracker of each K-slack strategy, by class.
+TRACKERS: dict[type[SlackStrategy], type[SlackTracker]] = {
+    FixedSlack: _FixedTracker,
+    MaxDelaySlack: _MaxDelayTracker,
+    QualityDriven: _QualityTracker,
+}
+
+
+def slack_tracker(strategy: SlackStrategy, snapshot: bytes | None = None) -> SlackTracker:
+    """A shard's tracker for ``strategy``, fresh or restored from a :meth:`snapshot`."""
+    state = None
+    if snapshot is not None:
+        state = json.loads(snapshot)
+        if state.get("version") != _SNAPSHOT_VERSION:
+            raise ValueError(
+                f"a K-slack snapshot of version {state.get('version')!r}; this headwater reads "
+                f"version {_SNAPSHOT_VERSION}: restart the query from a new checkpoint"
+            )
+    return TRACKERS[type(strategy)](strategy, state)
+
+
 def slack_trace(strategy: SlackStrategy, ts: np.ndarray, batches: list[np.ndarray]) -> SlackTrace:
     """The watermark after each micro-batch of a shard. ``ts``: event times (ms);
     ``batches``: the positions in ``ts`` of each batch's rows, in arrival order."""
-    if isinstance(strategy, QualityDriven):
-        return _quality_driven(strategy, ts, batches)
     ts = np.asarray(ts, dtype=np.int64)
-    order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-    ends = np.cumsum([len(b) for b in batches]) - 1
-    t_max = np.maximum.accumulate(ts[order])[ends]
-    if isinstance(strategy, FixedSlack):
-        slack = np.full(len(batches), strategy.slack, dtype=np.int64)
-    else:
-        slack = np.maximum.accumulate(delays(ts[order]))[ends]
-    return SlackTrace(np.maximum.accumulate(t_max - slack), slack)
-
-
-def _quality_driven(s: QualityDriven, ts: np.ndarray, batches: list[np.ndarray]) -> SlackTrace:
-    """The PD-controlled K-slack: one pass over the batches (vectorized within a batch),
-    one controller update per window whose follow-up has ended."""
-    ts = np.asarray(ts, dtype=np.int64)
-    n = len(batches)
-    watermarks, slack = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    alphas = np.zeros(n)
-    if not n:
-        return SlackTrace(watermarks, slack, alphas, np.zeros(0))
-    order = np.concatenate(batches)
-    starts = np.r_[0, np.cumsum([len(b) for b in batches])[:-1]]
-    batch_t_max = np.maximum.accumulate(np.maximum.reduceat(ts[order], starts))
-    batch_k = np.maximum.accumulate(np.maximum.reduceat(delays(ts[order]), starts))
-    counts = _WindowCounts(s, int(ts.min()), int(ts.max()))
-    pd = _PD(s.kp, s.kd, s.lambda_thr, s.alpha0)
-    wm, measured = MIN_TIMESTAMP, []
-    for b, rows in enumerate(batches):
-        counts.add(ts[rows], wm)
-        slack[b] = round(pd.alpha * batch_k[b])
-        wm = max(wm, int(batch_t_max[b] - slack[b]))
-        watermarks[b] = wm
-        for coverage in counts.finished(wm):
-            pd.update(coverage)
-            measured.append(coverage)
-        alphas[b] = pd.alpha
-    return SlackTrace(watermarks, slack, alphas, np.asarray(measured))
+    tracker = slack_tracker(strategy)
+    steps = [tracker.advance(ts[rows]) for rows in batches]
+    watermarks = np.array([s.watermark for s in steps], dtype=np.int64)
+    slack = np.array([s.slack for s in steps], dtype=np.int64)
+    if not isinstance(tracker, _QualityTracker):
+        return SlackTrace(watermarks, slack)
+    alpha = np.array([s.alpha for s in steps], dtype=np.float64)
+    coverage = np.array([c for s in steps for c in s.coverage], dtype=np.float64)
+    return SlackTrace(watermarks, slack, alpha, coverage)
 
 
 class _WindowCounts:
-    """Per window of the strategy: tuples received before it closed, and after (late)
-    but within its follow-up."""
+    """Per window of the strategy not yet measured: tuples received before it closed,
+    and after (late) but within its follow-up.
 
-    def __init__(self, s: QualityDriven, t_min: int, t_max: int) -> None:
+    The arrays cover windows ``base, base + 1, ...`` (window ``i`` starts at
+    ``i * period``). Every window a tuple can still count for starts at or after
+    the first one not yet measured (its end plus the follow-up is past the
+    watermark), so measured windows are dropped from the front.
+    """
+
+    def __init__(self, s: QualityDriven, state: dict | None = None) -> None:
         self.size, self.period, self.follow_up = s.size, s.period, s.follow_up
-        self.first = (t_min - s.size) // s.period
-        count = t_max // s.period - self.first + 1
-        self.received = np.zeros(count, dtype=np.int64)
-        self.late = np.zeros(count, dtype=np.int64)
-        self.next = 0  # the next window to measure
+        state = state or {}
+        self.base: int | None = state.get("base")
+        self.received = np.asarray(state.get("received", []), dtype=np.int64)
+        self.late = np.asarray(state.get("late", []), dtype=np.int64)
+
+    def state(self) -> dict:
+        return {"base": self.base, "received": self.received.tolist(), "late": self.late.tolist()}
 
     def add(self, ts: np.ndarray, watermark: int) -> None:
         last = ts - ts % self.period
+        on_time, late = [], []
         for o in range(-(-self.size // self.period)):
             start = last - o * self.period
             end = start + self.size
             inside = end > ts
-            on_time = inside & (end > watermark)
-            late = inside & ~on_time & (end + self.follow_up > watermark)
-            np.add.at(self.received, start[on_time] // self.period - self.first, 1)
-            np.add.at(self.late, start[late] // self.period - self.first, 1)
+            now = inside & (end > watermark)
+            on_time.append(start[now] // self.period)
+            late.append(start[inside & ~now & (end + self.follow_up > watermark)] // self.period)
+        got, missed = np.concatenate(on_time), np.concatenate(late)
+        both = np.r_[got, missed]
+        if not len(both):
+            return
+        self._cover(int(both.min()), int(both.max()))
+        np.add.at(self.received, got - self.base, 1)
+        np.add.at(self.late, missed - self.base, 1)
+
+    def _cover(self, lo: int, hi: int) -> None:
+        """Grow the arrays to hold windows ``lo..hi``."""
+        if self.base is None:
+            self.base = lo
+        before = max(self.base - lo, 0)
+        after = max(hi - (self.base + len(self.received) - 1), 0)
+        if before or after:
+            self.received = np.pad(self.received, (before, after))
+            self.late = np.pad(self.late, (before, after))
+            self.base -= before
 
     def finished(self, watermark: int) -> list[float]:
-        """Coverage of each window whose follow-up ended by ``watermark`` (empty ones skipped)."""
-        out = []
-        while self.next < len(self.received):
-            end = (self.first + self.next) * self.period + self.size
-            if end + self.follow_up > watermark:
-                break
-            got, late = self.received[self.next], self.late[self.next]
-            if got + late:
-                out.append(float(got / (got + late)))
-            self.next += 1
+        """Coverage of each window whose follow-up ended by ``watermark`` (empty ones
+        skipped), in window order; those windows are dropped."""
+        if self.base is None:
+            return []
+        bound = (watermark - self.size - self.follow_up) // self.period + 1  # first still open
+        done = int(np.clip(bound - self.base, 0, len(self.received)))
+        got, late = self.received[:done], self.late[:done]
+        total = got + late
+        keep = total > 0
+        out = (got[keep] / total[keep]).astype(np.float64).tolist()
+        if done:
+            self.received, self.late = self.received[done:], self.late[done:]
+            self.base += done
         return out
 
 

@@ -20,6 +20,10 @@ class WindowingStrategy:
     accumulation: Accumulation = Accumulation.ACCUMULATING
     allowed_lateness: int = 0
     timestamp_combiner: TimestampCombiner = TimestampCombiner.END_OF_WINDOW
+    #: how long (ms) a window's state is kept after its allowed lateness, so that
+    #: a firing that waits (SQL's EMIT AFTER DELAY) still happens; input arriving
+    #: in that time is late all the same
+    retention: int = 0
 
     @classmethod
     def of(

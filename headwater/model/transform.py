@@ -36,3 +36,8 @@ class PaneTransform(Protocol):
     def snapshot(self, state: Any) -> bytes:
         """The state as bytes, for a runner's state store."""
         ...
+
+    # Optional: ``expire(state, watermark)``. A runner calls it after ``apply`` with
+    # the reducer's watermark, so that the transform can forget what belongs to
+    # windows the reducer has collected (window end + allowed lateness <= watermark:
+    # they never fire again).

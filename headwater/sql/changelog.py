@@ -80,9 +80,7 @@ class Materializer:
     def _versioned(self, change: pd.DataFrame) -> pd.DataFrame:
         """Number the rows per group, continuing from the group's previous changes."""
         group = list(GROUP_COLUMNS)
-        change = change.sort_values(
-            ["__gs", "__ge", "undo"], ascending=[True, True, False], kind="stable"
-        ).reset_index(drop=True)
+        change = in_order(change)
         base = change[group].merge(self.versions, how="left", on=group)["ver"]
         offset = base.to_numpy(np.float64, na_value=0).astype(np.int64)
         change["ver"] = offset + change.groupby(group, sort=False, dropna=False).cumcount()
@@ -94,6 +92,14 @@ class Materializer:
 
     def _empty(self) -> pd.DataFrame:
         return pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS])
+
+
+def in_order(changes: pd.DataFrame) -> pd.DataFrame:
+    """The changelog's order: by processing time; within one, withdrawals first
+    (a consumer deletes before it inserts), then by window, key and version."""
+    keys = [c for c in ("ptime", "undo", "__gs", "__ge", "__gk", "ver") if c in changes]
+    ascending = [c != "undo" for c in keys]
+    return changes.sort_values(keys, ascending=ascending, kind="stable").reset_index(drop=True)
 
 
 def _member(frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:

@@ -13,6 +13,7 @@ error, with its position, on stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -42,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--as-of", help="processing time of the table view (ISO timestamp)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "--dead-letters", metavar="FILE", help="write the input rows the query dropped (CSV)"
+    )
     p.add_argument("--runner", choices=("local", "spark"), default="local")
     p.add_argument(
         "--checkpoint", help="checkpoint directory of a script's streaming INSERT INTO (Spark)"
@@ -67,16 +71,26 @@ def _pairs(values: list[str], sep: str, what: str) -> dict[str, str]:
 def _tables(args: argparse.Namespace) -> dict:
     replays = _pairs(args.replay, "=", "--replay")
     event_times = _pairs(args.event_time, ".", "--event-time")
-    lateness = {k: to_millis(v) for k, v in _pairs(args.lateness, "=", "--lateness").items()}
+    lateness = {k: _duration(v, k) for k, v in _pairs(args.lateness, "=", "--lateness").items()}
     tables = {}
     for name, path in replays.items():
         if name not in event_times:
             raise SqlError(
-                f"--replay {name}: which column is its event time?",
+                f"--replay {name}: no event-time column given",
                 hint=f"Add --event-time {name}.COLUMN",
             )
         tables[name] = read_replay(path, name, event_times[name], None, lateness.get(name, 0))
     return tables
+
+
+def _duration(text: str, table: str) -> int:
+    try:
+        return to_millis(text)
+    except (TypeError, ValueError):
+        raise SqlError(
+            f"--lateness {table}={text}: not a duration",
+            hint="Write a duration such as '5 minutes' or '30 seconds'",
+        ) from None
 
 
 def render(frame: pd.DataFrame, fmt: str) -> str:
@@ -112,32 +126,37 @@ def _iso(value) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        as_of = None if args.as_of is None else millis(args.as_of, "--as-of")
         if args.file:
             from headwater.sql.script import run_script
 
             with open(args.file, encoding="utf-8") as fh:
                 text = fh.read()
-            options = {"checkpoint": args.checkpoint, "follow": args.follow}
+            options = {"checkpoint": args.checkpoint, "follow": args.follow, "as_of": as_of}
             for frame in run_script(text, _tables(args), runner=args.runner, **options):
                 sys.stdout.write(render(frame, args.format))
             return 0
         if not args.query:
             raise SqlError("give a query, or a script with -f FILE")
-        as_of = None if args.as_of is None else millis(args.as_of, "--as-of")
-        frame = run_query(args.query, _tables(args), args.runner, as_of)
-        sys.stdout.write(render(frame, args.format))
+        from headwater.sql.bind import bind
+
+        query = bind(args.query, _tables(args), runner=args.runner)
+        sys.stdout.write(render(query.to_pandas(as_of), args.format))
+        _report_dead_letters(query.dead_letters(as_of), args.dead_letters)
         return 0
     except (SqlError, OSError) as exc:
         print(f"headwater sql: error: {exc}", file=sys.stderr)
         return 2
 
 
-def run_query(text: str, tables: dict, runner: str, as_of: int | None) -> pd.DataFrame:
-    """The printed result of one query on ``runner``."""
-    if runner == "spark":
-        from headwater.sql.spark import SparkSqlQuery
-
-        return SparkSqlQuery(text, tables).to_pandas(as_of)
-    from headwater.sql.query import SqlQuery
-
-    return SqlQuery(text, tables).to_pandas(as_of)
+def _report_dead_letters(dead: pd.DataFrame, path: str | None) -> None:
+    """Input the query dropped is never silent: counted on stderr, written to
+    ``--dead-letters FILE`` (CSV) when given."""
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        dead.to_csv(path, index=False)
+    if not len(dead):
+        return
+    reasons = ", ".join(f"{r}: {n}" for r, n in dead["reason"].value_counts().sort_index().items())
+    where = f"written to {path}" if path else "write them with --dead-letters FILE"
+    print(f"headwater sql: {len(dead)} input rows dropped ({reasons}); {where}", file=sys.stderr)

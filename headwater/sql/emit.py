@@ -60,13 +60,12 @@ class Materialization:
             return Repeatedly(self._delayed())
         return Repeatedly(AfterCount(1))
 
-    def retention(self, allowed_lateness: int) -> int:
-        """How long past its end a group is kept (ms). Under ``AFTER DELAY`` alone a
-        group's last change waits for the delay too (a group materializes at most
-        once per delay), so it is kept ``delay`` longer than the allowed lateness."""
-        if self.delay and not self.after_watermark:
-            return allowed_lateness + self.delay
-        return allowed_lateness
+    def retention(self) -> int:
+        """How long (ms) past its allowed lateness a group's state is kept. Under
+        ``AFTER DELAY`` alone a group's last change also waits for the delay (a
+        group materializes at most once per delay), so the group is kept ``delay``
+        longer; input arriving then is late all the same (a dead letter)."""
+        return self.delay if self.delay and not self.after_watermark else 0
 
     def _delayed(self) -> AfterProcessingTime:
         return AfterProcessingTime(timedelta(milliseconds=self.delay or 0))

@@ -12,6 +12,7 @@ then the timers due at that time fire).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import duckdb
@@ -27,6 +28,7 @@ from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
+from headwater.model.windows import FixedWindows
 from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
 from headwater.sql.changelog import GROUP_COLUMNS, table_view
 from headwater.sql.errors import SqlError
@@ -60,16 +62,54 @@ def _columns_of(plan: QueryPlan):
     return lambda name: columns[name.lower()]
 
 
-def _engine_error(exc: Exception, query: exp.Expression) -> SqlError:
-    """A DuckDB binder/parser error as a SqlError at the column it names."""
+#: DuckDB's unknown column, bare (``x``) or qualified (``t.x``: "... does not have a column").
+_UNKNOWN_COLUMN = re.compile(
+    r'Referenced column "(?P<name>[^"]+)" not found|does not have a column named "(?P<q>[^"]+)"'
+)
+
+
+def _in_grouped_select(column: exp.Column) -> bool:
+    select = column.find_ancestor(exp.Select)
+    return select is not None and select.args.get("group") is not None
+
+
+def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
+    """A DuckDB binder error as a SqlError at the column it names; an unknown
+    column's message lists the columns there are."""
     from headwater.sql.errors import position
 
     text = str(exc).split("\n")[0]
-    for column in query.find_all(exp.Column):
+    text = text.split(": ", 1)[1] if text.startswith("query ") else text
+    unknown = _UNKNOWN_COLUMN.search(text)
+    columns = list(plan.query.find_all(exp.Column))
+    if "GROUP BY" in text:  # a grouped SELECT's column, not a namesake elsewhere
+        columns.sort(key=lambda c: not _in_grouped_select(c))
+    for column in columns:
         if f'"{column.name}"' in text:
             line, col = position(column)
+            if unknown:
+                known = "; ".join(
+                    f"{t.name}: {', '.join(t.columns)}" for t in (*plan.streams, *plan.tables)
+                )
+                return SqlError(f"unknown column {column.name!r}", line, col, f"Columns: {known}")
             return SqlError(text, line, col)
     return SqlError(text)
+
+
+def validate(plan: QueryPlan) -> None:
+    """Bind the query against empty tables of the real types (DuckDB), so that an
+    unknown column or a type error is the same SqlError on every runner, before
+    anything runs."""
+    con = duckdb.connect()
+    for table in (*plan.streams, *plan.tables):
+        types = table.arrow_types()
+        empty = pa.table({c: pa.array([], type=t) for c, t in types.items()})
+        con.register(table.name, empty)
+    text = to_engine_sql(plan.query, "duckdb", _columns_of(plan))
+    try:
+        con.sql(text).limit(0).fetchall()
+    except duckdb.Error as exc:
+        raise _engine_error(exc, plan) from None
 
 
 def run_bounded(plan: QueryPlan) -> pd.DataFrame:
@@ -81,7 +121,7 @@ def run_bounded(plan: QueryPlan) -> pd.DataFrame:
     try:
         return con.sql(text).df()
     except duckdb.Error as exc:
-        raise _engine_error(exc, plan.query) from None
+        raise _engine_error(exc, plan) from None
 
 
 # ------------------------------------------------------------------ the plan
@@ -100,42 +140,47 @@ class SqlPlan:
     maintainer: GroupMaintainer
 
 
-def compile_sql(plan: QueryPlan) -> SqlPlan:
+def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
+    """The query's streaming plan. A plain windowed aggregate compiles to the fast
+    path (:mod:`headwater.sql.aggregate`: combiners, one projection per step)
+    unless ``fast`` is False (default: on, off within ``aggregate.general_path()``)."""
+    from headwater.sql import aggregate
+
+    if aggregate.enabled() if fast is None else fast:
+        fast_plan = aggregate.try_compile(plan)
+        if fast_plan is not None:
+            return fast_plan  # type: ignore[return-value]
     layouts = []
     for i, table in enumerate(plan.streams):
-        frame = table.frame
-        columns = tuple(table.columns)
-        times = frozenset(c for c in columns if pd.api.types.is_datetime64_any_dtype(frame[c]))
+        types = table.arrow_types()
+        columns = tuple(types)
         layouts.append(
             StreamLayout(
                 name=table.name,
                 columns=columns,
                 union=tuple(f"__t{i}_{j}" for j in range(len(columns))),
-                types=tuple(arrow_type(frame[c]) for c in columns),
-                timestamps=times,
+                types=tuple(types.values()),
+                timestamps=frozenset(c for c, t in types.items() if pa.types.is_timestamp(t)),
             )
         )
     text = to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode="group")
-    tables = {t.name: t.frame.drop(columns=[PTIME], errors="ignore") for t in plan.tables}
+    tables = {t.name: t.local_frame() for t in plan.tables}
     try:
         maintainer = GroupMaintainer(text, tuple(layouts), tables, plan.name)
     except SqlError as exc:
-        raise _engine_error(exc, plan.query) from None
+        raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
     strategy = WindowingStrategy(
         window_fn=plan.window_fn,
         trigger=plan.emit.trigger(),
-        accumulation=Accumulation.ACCUMULATING,
-        allowed_lateness=plan.emit.retention(plan.allowed_lateness),
+        # Merging windows (sessions) retract the groups they merge away.
+        accumulation=Accumulation.RETRACTING
+        if plan.window_fn.is_merging
+        else Accumulation.ACCUMULATING,
+        allowed_lateness=plan.allowed_lateness,
+        retention=plan.emit.retention(),
     )
     return SqlPlan(plan, strategy, {u: (ToList(), u) for u in union}, tuple(layouts), maintainer)
-
-
-def arrow_type(column: pd.Series) -> pa.DataType:
-    """The Arrow type a stream column has in a group's rows (timestamps in ms)."""
-    if pd.api.types.is_datetime64_any_dtype(column):
-        return pa.timestamp("ms")
-    return pa.Array.from_pandas(column.iloc[:1000]).type
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:
@@ -148,17 +193,29 @@ def union_rows(sql: SqlPlan) -> pd.DataFrame:
             values = frame[column]
             part[union] = event_millis(values) if column in layout.timestamps else values.to_numpy()
         part[EVENT_TIME] = event_millis(frame[table.event_time])
-        part[KEY] = _keys(frame, sql.query.keys)
+        part[KEY] = group_keys(frame, sql.query, part[EVENT_TIME])
         part[PTIME] = frame[PTIME].to_numpy(np.int64)
         parts.append(pd.DataFrame(part))
     rows = pd.concat(parts, ignore_index=True)
     return rows
 
 
-def _keys(frame: pd.DataFrame, keys: tuple[str, ...]) -> np.ndarray:
-    if not keys:
-        return np.zeros(len(frame), dtype=np.int64)
-    return frame[list(keys)].astype(str).agg("|".join, axis=1).to_numpy(object)
+def group_keys(frame: pd.DataFrame, plan: QueryPlan, event_ms: np.ndarray) -> np.ndarray:
+    """The model's key of each stream row: a keyed session's keys; for tumbling
+    windows the window's start, so that windows spread over the runner's state
+    shards (a row is in one window); else one key."""
+    if plan.keys:
+        return frame[list(plan.keys)].astype(str).agg("|".join, axis=1).to_numpy(object)
+    fn = plan.window_fn
+    if isinstance(fn, FixedWindows):
+        ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
+        return (ms - np.mod(ms - fn.offset, fn.size)).astype(str).astype(object)
+    return np.full(len(frame), "0", dtype=object)
+
+
+def is_keyed(plan: QueryPlan) -> bool:
+    """Whether the model plan of ``plan`` has a key (see :func:`group_keys`)."""
+    return bool(plan.keys) or isinstance(plan.window_fn, FixedWindows)
 
 
 # ------------------------------------------------------------------ replay
@@ -170,12 +227,15 @@ def run_stream(plan: QueryPlan, as_of: int | None = None) -> SqlRun:
         if not table.is_replay:
             raise SqlError(f"table {table.name!r} is a Spark stream: run it with runner='spark'")
     sql = compile_sql(plan)
+    if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
+        return SqlRun(*sql.run_local(steps_of, as_of))
     rows = union_rows(sql)
     ptimes, marks = steps_of(plan, rows, as_of)
     reducer = Reducer(sql.strategy, sql.aggregations)
     state = sql.maintainer.restore(None)
     null = np.isnan(rows[EVENT_TIME].to_numpy(np.float64))
-    letters = [dead_letters(rows[null], DropReason.NULL_EVENT_TIME.value, sql)]
+    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
+    letters = [dead_letters(rows[null & arrived], DropReason.NULL_EVENT_TIME.value, sql)]
     valid = rows[~null].sort_values(PTIME, kind="stable")
     arrival = valid[PTIME].to_numpy(np.int64)
     begin = np.searchsorted(arrival, ptimes, side="left")
@@ -201,7 +261,9 @@ def run_stream(plan: QueryPlan, as_of: int | None = None) -> SqlRun:
         if full
         else sql.maintainer.apply(pd.DataFrame(), 0, state)
     )
-    return SqlRun(sql.maintainer.columns, changelog, pd.concat(letters, ignore_index=True))
+    full_letters = [d for d in letters if len(d)]
+    dead = pd.concat(full_letters, ignore_index=True) if full_letters else letters[0]
+    return SqlRun(sql.maintainer.columns, changelog, dead)
 
 
 def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):

@@ -44,6 +44,20 @@ class StreamLayout:
     timestamps: frozenset[str]
 
 
+_WINDOW = ["key", "window_start", "window_end"]
+
+
+def _groups(panes: pd.DataFrame) -> pd.DataFrame:
+    """The event-time groups of panes, in the changelog's group columns."""
+    return pd.DataFrame(
+        {
+            "__gk": panes["key"].astype(str).to_numpy(),
+            "__gs": panes["window_start"].to_numpy(np.int64),
+            "__ge": panes["window_end"].to_numpy(np.int64),
+        }
+    )
+
+
 def _logical(t) -> object:
     """The logical type of a result column; DuckDB's decimals (and the HUGEINT of a
     SUM of integers) reach pandas as floats."""
@@ -99,25 +113,23 @@ class GroupMaintainer:
         return pickle.dumps((SNAPSHOT_VERSION, state.last, state.versions))
 
     def apply(self, panes: pd.DataFrame, now: int, state: Materializer) -> pd.DataFrame:
-        """The changelog of the groups that fired in one step (their last pane each)."""
+        """The changelog of the groups that fired in one step (their last pane
+        each), and of the groups merged away (sessions): their rows are withdrawn."""
         if not len(panes):
             return state.apply(panes.iloc[:0].reindex(columns=list(GROUP_COLUMNS)), None, now)
-        panes = panes[~panes["is_retraction"].astype(bool)]
-        panes = panes.drop_duplicates(["key", "window_start", "window_end"], keep="last")
-        fired = pd.DataFrame(
-            {
-                "__gk": panes["key"].astype(str).to_numpy(),
-                "__gs": panes["window_start"].to_numpy(np.int64),
-                "__ge": panes["window_end"].to_numpy(np.int64),
-            }
-        )
-        parts = [self._group(panes.iloc[i], *fired.iloc[i]) for i in range(len(panes))]
+        withdrawn = panes["is_retraction"].astype(bool).to_numpy()
+        new = panes[~withdrawn].drop_duplicates(_WINDOW, keep="last")
+        fired = _groups(new)
+        parts = [self._group(new.iloc[i], *fired.iloc[i]) for i in range(len(new))]
         results = (
             pd.concat(parts, ignore_index=True)
             if parts
             else pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns])
         )
-        return state.apply(fired, results, now)
+        # A retraction of a group that did not fire again is a window merged into
+        # another one (a session bridged by later data): it no longer exists.
+        gone = _groups(panes[withdrawn])
+        return state.apply(pd.concat([fired, gone], ignore_index=True), results, now)
 
     # -- one group
     def _group(self, pane: pd.Series, key: str, start: int, end: int) -> pd.DataFrame:

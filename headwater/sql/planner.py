@@ -95,6 +95,8 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
         windowing = (FixedWindows(timedelta(milliseconds=1)), ())
     if streams:
         _check_groupings(query, streams)
+        _check_session_keys(query, windowing[1])
+        _check_raw_streams(query, streams, bool(tvfs))
     group_query, order = _split_order(query, emit, bool(streams))
     return QueryPlan(
         name=name,
@@ -185,6 +187,97 @@ def _check_groupings(query: exp.Expression, streams: tuple[Table, ...]) -> None:
             "GROUP BY wstart, wend, ...) or by the event-time column "
             f"({', '.join(sorted(event_times)) or 'none declared'})",
         )
+
+
+_LOWER = (exp.GTE, exp.GT)
+_UPPER = (exp.LT, exp.LTE)
+
+
+def _bounds(query: exp.Expression, ref: exp.Table, column: str) -> set[str]:
+    """Which sides (``lower``, ``upper``) of a window bound the event time of the
+    stream reference ``ref`` in some comparison of the query."""
+    name = ref.alias_or_name
+
+    def is_event_time(node) -> bool:
+        return isinstance(node, exp.Column) and node.name == column and node.table in ("", name)
+
+    def has_window(node) -> bool:
+        return any(c.name in WINDOW_COLUMNS for c in node.find_all(exp.Column))
+
+    found = set()
+    for cmp in query.find_all(*_LOWER, *_UPPER, exp.Between):
+        if isinstance(cmp, exp.Between):
+            if is_event_time(cmp.this) and has_window(cmp):
+                found |= {"lower", "upper"}
+            continue
+        left, right = cmp.this, cmp.expression
+        for side, other, flip in ((left, right, False), (right, left, True)):
+            if is_event_time(side) and has_window(other):
+                lower = isinstance(cmp, _LOWER) != flip
+                found.add("lower" if lower else "upper")
+    return found
+
+
+def _check_raw_streams(query: exp.Expression, streams: tuple[Table, ...], windowed: bool) -> None:
+    """A stream read directly (not through a windowing TVF) is partitioned into the
+    query's event-time groups. That is exact when the query bounds its event time
+    to a window (NEXMark Query 7); without windows, groups are single instants,
+    so a second stream reference would only meet rows of the same instant."""
+    by_name = {t.name.lower(): t for t in streams}
+    raw = [
+        t
+        for t in _table_refs(query)
+        if t.name.lower() in by_name and not isinstance(t.parent, WindowTVF)
+    ]
+    if not windowed:
+        if len(raw) > 1:
+            line, col = position(raw[1])
+            raise SqlError(
+                "without a windowing table function, a streaming query is maintained per "
+                "event time: a second reference to a stream (a join, a subquery) would "
+                "only meet rows of the same instant",
+                line,
+                col,
+                "Window the streams (Tumble/Hop/Session) and join on the window bounds",
+            )
+        return
+    for ref in raw:
+        column = by_name[ref.name.lower()].event_time
+        missing = {"lower", "upper"} - _bounds(query, ref, column)
+        if missing:
+            alias = ref.alias_or_name
+            line, col = position(ref)
+            raise SqlError(
+                f"stream {alias} is read without a window: its event time must be bounded "
+                f"by a window of the query ({' and '.join(sorted(missing))} bound missing)",
+                line,
+                col,
+                f"Add e.g. {alias}.{column} >= W.wstart AND {alias}.{column} < W.wend, or "
+                f"read it through Tumble/Hop/Session",
+            )
+
+
+def _check_session_keys(query: exp.Expression, keys: tuple[str, ...]) -> None:
+    """Sessions of a keyed Session are maintained per key: every grouping and
+    window partition of the query must keep the keys apart, or sessions of
+    different keys with equal bounds would have to be combined across keys."""
+    if not keys:
+        return
+    for node in query.find_all(exp.Group, exp.Window):
+        parts = node.args.get("partition_by") if isinstance(node, exp.Window) else [node]
+        names = {c.name for part in parts or [] for c in part.find_all(exp.Column)}
+        if isinstance(node, exp.Window) and not parts:
+            names = set()
+        missing = [k for k in keys if k not in names]
+        if missing:
+            line, col = position(node)
+            raise SqlError(
+                f"the sessions are per {', '.join(keys)}: this grouping must include "
+                f"{', '.join(missing)}",
+                line,
+                col,
+                f"Add {', '.join(missing)} to the GROUP BY / PARTITION BY",
+            )
 
 
 def _split_order(query: exp.Expression, emit: Materialization, stream: bool):

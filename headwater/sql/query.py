@@ -10,8 +10,8 @@ from sqlglot import exp
 
 from headwater.sql.catalog import Catalog, Table
 from headwater.sql.dialect import Headwater, parse_query
-from headwater.sql.errors import SqlError
-from headwater.sql.local import SqlRun, run_bounded, run_stream
+from headwater.sql.errors import SqlError, position
+from headwater.sql.local import SqlRun, run_bounded, run_stream, validate
 from headwater.sql.planner import QueryPlan, analyze
 
 
@@ -49,6 +49,7 @@ class SqlQuery:
         self.catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
         tree = parse_query(query) if isinstance(query, str) else query
         self.plan: QueryPlan = analyze(tree, self.catalog, name)
+        validate(self.plan)
         self._runs: dict[int | None, SqlRun] = {}
 
     def run(self, as_of: int | None = None) -> SqlRun:
@@ -61,7 +62,7 @@ class SqlQuery:
         """The result: a bounded query's table; a stream's changelog with EMIT
         STREAM, else its table view as of ``as_of``."""
         if not self.plan.is_stream:
-            return run_bounded(self.plan)
+            return self.changelog() if self.plan.emit.stream else run_bounded(self.plan)
         run = self.run(as_of)
         if self.plan.emit.stream:
             return run.changes()
@@ -74,8 +75,10 @@ class SqlQuery:
         its rows, each added once."""
         if self.plan.is_stream:
             return self.run(as_of).changes()
-        rows = self.to_pandas()
-        return rows.assign(undo=False, ptime=pd.Timestamp(0), ver=0)
+        rows = run_bounded(self.plan)
+        # A bounded table is complete at once: each row is added once, at no
+        # processing time of a stream.
+        return rows.assign(undo=False, ptime=pd.NaT, ver=0)
 
     def write(self, sink, **options: Any) -> None:
         """Send the changelog to ``sink`` (``sink(batch, batch_id)``, e.g. a
@@ -124,4 +127,15 @@ def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
     select.set("limit", clauses.args.get("limit"))
     con = duckdb.connect()
     con.register("__view", view)
-    return con.sql(select.sql(dialect="duckdb")).df()
+    try:
+        return con.sql(select.sql(dialect="duckdb")).df()
+    except duckdb.Error:
+        bad = [c for c in plan.order.find_all(exp.Column) if c.name not in view.columns]
+        line, col = position(bad[0] if bad else plan.order)
+        raise SqlError(
+            "ORDER BY of a streaming query orders its table view: it can use the "
+            "query's output columns only",
+            line,
+            col,
+            f"Output columns: {', '.join(view.columns)}",
+        ) from None

@@ -64,7 +64,7 @@ def run_script(
                 )
             bind(statement.expression, tables, name=target, runner=runner).write(sink, **options)
             continue
-        yield bind(statement, tables, runner=runner).to_pandas()
+        yield bind(statement, tables, runner=runner).to_pandas(options.get("as_of"))
 
 
 def _source(d: SourceDef, runner: str, options: dict) -> Table:

@@ -48,7 +48,11 @@ def local_source(d: SourceDef) -> Table:
     if fmt == "replay":
         if d.event_time is None:
             raise SqlError(f"replay {d.name!r} needs WATERMARK FOR its event time", d.line)
-        return read_replay(path, d.name, d.event_time, d.columns, lateness)
+        table = read_replay(path, d.name, d.event_time, d.columns, lateness)
+        if table.watermark is None and d.watermark_delay_ms is not None:
+            # No watermark events in the file: the declared bounded out-of-orderness.
+            table.watermark = BoundedOutOfOrderness(d.watermark_delay_ms)
+        return table
     reader = _READERS.get(fmt)
     if reader is None:
         raise SqlError(

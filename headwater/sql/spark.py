@@ -27,19 +27,23 @@ import pyarrow as pa
 from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
+from headwater.model.schema import DropReason
 from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
+from headwater.model.windows import FixedWindows
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
 from headwater.sql.catalog import Table
+from headwater.sql.changelog import in_order
 from headwater.sql.errors import SqlError
 from headwater.sql.local import (
     SqlPlan,
     SqlRun,
     _columns_of,
     compile_sql,
+    is_keyed,
     steps_of,
     union_rows,
 )
@@ -90,6 +94,18 @@ def write_union_timeline(sql: SqlPlan, path: str, as_of: int | None) -> None:
 PTIME_COLUMN = "__ptime"
 
 
+def _with_null_event_times(run: SqlRun, sql: SqlPlan, as_of: int | None) -> SqlRun:
+    """Rows of NULL event time never reach the timeline: dead letters, as locally."""
+    rows = union_rows(sql)
+    arrived = rows[PTIME_COLUMN].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
+    null = rows[np.isnan(rows[EVENT_TIME].to_numpy(np.float64)) & arrived]
+    if not len(null):
+        return run
+    letters = sql_dead_letters(null, DropReason.NULL_EVENT_TIME.value, sql)
+    dead = pd.concat([letters, run.dead_letters], ignore_index=True)
+    return SqlRun(run.columns, run.changelog, dead)
+
+
 class SparkSqlQuery(SqlQuery):
     """A query on Spark: native batch plans for tables, the streaming runner for streams."""
 
@@ -135,12 +151,12 @@ class SparkSqlQuery(SqlQuery):
             collected = _collect(self._compile(sql, stream), sql, workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        return collected
+        return _with_null_event_times(collected, sql, as_of)
 
     def _compile(self, sql: SqlPlan, stream, watermark=None):
         plan = build_plan(
             Schema.of({f.name: of_spark(f.dataType) for f in stream.schema.fields}),
-            keys=("key",) if self.plan.keys else (),
+            keys=("key",) if is_keyed(self.plan) else (),
             event_time="ts",
             windowing=sql.strategy,
             aggregations=sql.aggregations,
@@ -167,9 +183,8 @@ class SparkSqlQuery(SqlQuery):
                     their.columns, their.union, their.types, strict=True
                 ):
                     cols.append(_union_column(F, table.spark, column, union, arrow, other == i))
-            keys = [F.col(k).cast("string") for k in self.plan.keys]
-            key = F.concat_ws("|", *keys) if keys else F.lit("0")
-            cols += [key.alias("key"), F.unix_millis(F.col(table.event_time)).alias("ts")]
+            ts = F.unix_millis(F.col(table.event_time))
+            cols += [_group_key(F, self.plan, ts).alias("key"), ts.alias("ts")]
             parts.append(table.spark.select(*cols))
         union = parts[0]
         for part in parts[1:]:
@@ -252,6 +267,16 @@ class SparkSqlQuery(SqlQuery):
         self.start(checkpoint_location=location, sink=sink, trigger=trigger).awaitTermination()
 
 
+def _group_key(F, plan, ts):
+    """The model's key of a stream row as Spark computes it (as ``group_keys``)."""
+    if plan.keys:
+        return F.concat_ws("|", *[F.col(k).cast("string") for k in plan.keys])
+    fn = plan.window_fn
+    if isinstance(fn, FixedWindows):
+        return (ts - F.pmod(ts - F.lit(fn.offset), F.lit(fn.size))).cast("string")
+    return F.lit("0")
+
+
 def _union_column(F, df, column: str, union: str, arrow, own: bool):
     """One union column of a stream's rows: its own value (timestamps as ms), or a
     typed null for another stream's column."""
@@ -323,7 +348,7 @@ def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
     query.awaitTermination()
     full = [p for p in parts if len(p)]
     log = pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=fields)
-    log = log.sort_values(["ptime", "__gs", "__ge", "__gk", "ver"], kind="stable")
+    log = in_order(log)
     dropped = pd.concat(letters, ignore_index=True) if letters else None
     dead = sql_dead_letters(
         dropped if dropped is not None else pd.DataFrame(columns=[SOURCE]),

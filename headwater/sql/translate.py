@@ -91,7 +91,9 @@ def _tumble(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> st
     start_ms = f"({m} - {target.pmod.format(a=f'{m} - {offset}', n=size)})"
     start = target.timestamp.format(m=start_ms)
     end = target.timestamp.format(m=f"{start_ms} + {size}")
-    return f"SELECT {_window_select(tvf, target, cols, start, end)} FROM {src}"
+    # a NULL event time is in no window (as in Hop's series; a stream drops the row)
+    where = f"WHERE {t} IS NOT NULL"
+    return f"SELECT {_window_select(tvf, target, cols, start, end)} FROM {src} {where}"
 
 
 def _hop(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str:
@@ -122,7 +124,8 @@ def _session(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> s
     numbered = (
         f"SELECT {inner_cols}, {m} AS __hw_m, SUM(__hw_new) OVER ({part}ORDER BY __hw_m "
         f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __hw_sid "
-        f"FROM (SELECT {inner_cols}, {m} AS __hw_m, {opened} AS __hw_new FROM {src}) __hw_a"
+        f"FROM (SELECT {inner_cols}, {m} AS __hw_m, {opened} AS __hw_new FROM {src} "
+        f"WHERE {t} IS NOT NULL) __hw_a"
     )
     session = f"PARTITION BY {', '.join([*keys, '__hw_sid'])}"
     start = target.timestamp.format(m=f"MIN(__hw_m) OVER ({session})")

@@ -26,7 +26,15 @@ from pyspark.sql import types as T
 from headwater.model.schema import PANE_COLUMNS, PANE_METADATA
 from headwater.model.types import INT64, TIMESTAMP
 from headwater.runners.spark.types import millis_to_timestamp, to_spark
-from headwater.runners.spark.worker import DROP, KEY, OUT
+from headwater.runners.spark.worker import (
+    DROP,
+    KEY,
+    OUT,
+    SHARD_NO,
+    SHARD_SLACK,
+    SHARD_WM,
+    STEP_TIME,
+)
 
 #: The operator's pane metadata: times in epoch ms (decoded to timestamps after).
 PANE_FIELDS = tuple(
@@ -43,9 +51,14 @@ def decode(
     input_cols: Sequence[str],
     timestamps: str,
     transformed: Sequence[str] = (),
+    per_shard: bool = False,
 ) -> DataFrame:
     """The operator's rows as the runner's output: keys, times and dead letters
-    decoded; a pane transform's columns (``transformed``) last, unprefixed."""
+    decoded; a pane transform's columns (``transformed``) last, still prefixed
+    (a query may name a column ``window_start`` or ``timestamp``): :func:`changes`
+    reads them by their own names. With a watermark each shard derives
+    (``per_shard``), then ``processing_time`` and ``shard_watermark``
+    (:data:`PER_SHARD_COLUMNS`)."""
     if raw_key:
         key_cols = [F.col(KEY).alias(keys[0])]
     else:
@@ -75,25 +88,58 @@ def decode(
         ts("timestamp"),
         *[F.col(n) for n in PANE_COLUMNS[1:]],
         dropped,
-        *[F.col(OUT + name).alias(name) for name in transformed],
+        *[F.col(OUT + name) for name in transformed],
+        *(_per_shard_columns() if per_shard else []),
     )
+
+
+#: The output columns of a plan whose watermark each shard derives (K-slack):
+#: ``processing_time`` (epoch ms) of the step that made the row, and on rows of
+#: kind ``'watermark'`` (one per shard and step) ``shard_watermark``, a struct of
+#: the shard's index, its watermark after the step and the slack ``K`` (ms).
+PER_SHARD_COLUMNS = ("processing_time", "shard_watermark")
+
+
+def _per_shard_columns() -> list[Column]:
+    trace = F.struct(
+        F.col(SHARD_NO).alias("shard"),
+        F.col(SHARD_WM).alias("watermark"),
+        F.col(SHARD_SLACK).alias("slack"),
+    )
+    return [
+        F.col(STEP_TIME).alias(PER_SHARD_COLUMNS[0]),
+        F.when(F.col("kind") == "watermark", trace).alias(PER_SHARD_COLUMNS[1]),
+    ]
 
 
 def changes(df: DataFrame, columns: Sequence[str]) -> DataFrame:
     """The rows of a pane transform (kind ``'change'``): its ``columns``."""
-    return df.where(F.col("kind") == "change").select(*columns)
+    return df.where(F.col("kind") == "change").select(*[F.col(OUT + c).alias(c) for c in columns])
 
 
 def panes(df: DataFrame) -> DataFrame:
     """The pane rows of the runner's output (or of one of its micro-batches)."""
-    return df.where(F.col("kind") == "pane").drop("kind", "dropped")
+    return df.where(F.col("kind") == "pane").drop("kind", "dropped", PER_SHARD_COLUMNS[1])
+
+
+def watermark_trace(df: DataFrame) -> DataFrame:
+    """A shard-derived watermark's steps (``shard``, ``processing_time``, ``watermark``,
+    ``slack``): one row per shard and step with rows, from the runner's output."""
+    trace = F.col(PER_SHARD_COLUMNS[1])
+    return df.where(F.col("kind") == "watermark").select(
+        trace.getField("shard").alias("shard"),
+        F.col(PER_SHARD_COLUMNS[0]),
+        trace.getField("watermark").alias("watermark"),
+        trace.getField("slack").alias("slack"),
+    )
 
 
 def dead_letters(df: DataFrame) -> DataFrame:
     """The dropped elements: key columns, window, ``event_time``, reason,
     ``elements`` (1; with combiner lifting the number of elements of the
     partial aggregate) and the input columns the aggregations read (lifted:
-    the partial aggregates, named ``sum_<col>``, ``max_<col>``...)."""
+    the partial aggregates, named ``sum_<col>``, ``max_<col>``...); with a
+    shard-derived watermark also ``processing_time`` (the step the element arrived in)."""
     meta = {"kind", "dropped", "window_start", "window_end", *PANE_COLUMNS}
     last = df.columns.index("dropped")
     dropped_fields = df.schema["dropped"].dataType.fieldNames()
@@ -106,6 +152,7 @@ def dead_letters(df: DataFrame) -> DataFrame:
         "window_end",
         F.col("timestamp").alias("event_time"),
         *[F.col("dropped").getField(f).alias(f) for f in dropped_fields],
+        *[c for c in PER_SHARD_COLUMNS[:1] if c in df.columns],
     )
 
 
@@ -119,4 +166,12 @@ def observe_counts(df: DataFrame, name: str = "headwater") -> DataFrame:
     )
 
 
-__all__ = ["changes", "decode", "dead_letters", "observe_counts", "panes"]
+__all__ = [
+    "PER_SHARD_COLUMNS",
+    "changes",
+    "decode",
+    "dead_letters",
+    "observe_counts",
+    "panes",
+    "watermark_trace",
+]

@@ -20,14 +20,19 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 STATE_SCHEMA = "blob BINARY, timer BIGINT"
 #: The snapshot of a pane transform's state (a plan with one).
 TRANSFORM_SCHEMA = "blob BINARY"
+#: The snapshot of a shard-derived watermark's state (a K-slack tracker).
+WATERMARK_SCHEMA = "blob BINARY"
 
 
 class ShardProcessor(StatefulProcessor):
     """Runs one shard's Reducer per micro-batch (grouping key: the shard id)."""
 
-    def __init__(self, plan_blob: bytes, has_transform: bool = False) -> None:
+    def __init__(
+        self, plan_blob: bytes, has_transform: bool = False, derives_watermark: bool = False
+    ) -> None:
         self.plan_blob = plan_blob
         self.has_transform = has_transform
+        self.derives_watermark = derives_watermark
         self._logic: Any = None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -36,6 +41,9 @@ class ShardProcessor(StatefulProcessor):
         self.transform_state = (
             handle.getValueState("transform", TRANSFORM_SCHEMA) if self.has_transform else None
         )
+        self.watermark_state = (
+            handle.getValueState("watermark", WATERMARK_SCHEMA) if self.derives_watermark else None
+        )
         self._logic = None
 
     def _impl(self) -> Any:
@@ -43,12 +51,16 @@ class ShardProcessor(StatefulProcessor):
             from headwater.runners.spark.shard_logic import ShardLogic
 
             self._logic = ShardLogic(
-                pickle.loads(self.plan_blob), self.handle, self.state, self.transform_state
+                pickle.loads(self.plan_blob),
+                self.handle,
+                self.state,
+                self.transform_state,
+                self.watermark_state,
             )
         return self._logic
 
     def handleInputRows(self, key, rows, timerValues):
-        yield from self._impl().input_rows(rows, timerValues)
+        yield from self._impl().input_rows(rows, timerValues, key[0])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         yield from self._impl().expired(timerValues, expiredTimerInfo.getExpiryTimeInMs())

@@ -29,7 +29,9 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from headwater.model.reducer import Emission, Reducer
 from headwater.model.schema import PANE_COLUMNS, DropReason
+from headwater.model.slack import slack_tracker
 from headwater.model.steps import Bundle, MicroBatch, apply_step
+from headwater.model.time import MAX_TIMESTAMP
 from headwater.runners.spark.packing import unpack
 from headwater.runners.spark.types import to_spark_pandas
 from headwater.runners.spark.worker import (
@@ -37,8 +39,13 @@ from headwater.runners.spark.worker import (
     DROP,
     KEY,
     KIND,
+    ORDER,
     OUT,
     PROC,
+    SHARD_NO,
+    SHARD_SLACK,
+    SHARD_WM,
+    STEP_TIME,
     TS,
     WM,
     N,
@@ -51,14 +58,20 @@ class ShardLogic:
     """One shard's step per micro-batch: load the Reducer, apply the bundle and the
     watermark / clock advances, save it, move the timer, emit (see ``processor.py``)."""
 
-    def __init__(self, plan: WorkerPlan, handle: Any, state: Any, transform_state=None) -> None:
+    def __init__(
+        self, plan: WorkerPlan, handle: Any, state: Any, transform_state=None, watermark_state=None
+    ) -> None:
         self.plan = plan
         self.handle = handle
         self.state = state
         self.transform_state = transform_state
+        self.watermark_state = watermark_state
 
-    def input_rows(self, rows, tv: TimerValues):
+    def input_rows(self, rows, tv: TimerValues, shard: Any = None):
         table = profiled("unpack", unpack, rows)
+        if self.plan.derived is not None:
+            yield from profiled("step", self._derived_steps, table, tv, shard)
+            return
         yield from profiled("step", self._step, table, tv, None)
 
     def expired(self, tv: TimerValues, expired: int):
@@ -78,6 +91,97 @@ class ShardLogic:
             changes = self._transform(emission.panes, int(batch.now), reducer.watermark)
             emission = Emission(emission.panes.iloc[:0], emission.dropped)
         return self._output([emission, Emission(emission.panes.iloc[:0], nulls)], changes)
+
+    # -- a watermark the shard derives from its own rows (K-slack)
+    def _derived_steps(self, table: pa.Table | None, tv: TimerValues, shard: Any):
+        """One model step per processing time of this shard's rows, earliest first, each
+        followed by the watermark the shard's tracker derives from the rows so far
+        (``plan.derived``); an ``end`` row then ends the input. The reducer and the
+        tracker are read and written once per micro-batch."""
+        plan = self.plan
+        data, _, end = self._control(table)
+        data, nulls = self._without_null_times(data)
+        stored, kept = self.state.get(), self.watermark_state.get()
+        blob = bytes(stored[0]) if stored is not None else None
+        reducer = Reducer.restore(plan.strategy, plan.aggregations, blob)
+        tracker = slack_tracker(plan.derived, bytes(kept[0]) if kept is not None else None)
+        now = int(tv.getCurrentProcessingTimeInMs())
+        emissions, trace = [], []
+        for time, rows in self._arrivals(data, now):
+            step = tracker.advance(rows.timestamps)
+            emission = apply_step(reducer, MicroBatch(rows, watermark=step.watermark, now=time))
+            emissions.append((time, emission, reducer.watermark))
+            trace.append((time, step.watermark, step.slack))
+        last = self._last(table, now) if plan.has_proc else now
+        if end:  # the input ends: the watermark goes to the end of time
+            emission = apply_step(reducer, MicroBatch(watermark=MAX_TIMESTAMP, now=last))
+            emissions.append((last, emission, reducer.watermark))
+            trace.append((last, MAX_TIMESTAMP, tracker.slack()))
+        self.state.update((reducer.snapshot(), -1))
+        self.watermark_state.update((tracker.snapshot(),))
+        parts, changes = [], []
+        for time, emission, watermark in emissions:
+            if plan.transform is not None:
+                change = self._transform(emission.panes, time, watermark)
+                changes.append(None if change is None else change.assign(**{STEP_TIME: time}))
+                emission = Emission(emission.panes.iloc[:0], emission.dropped)
+            parts.append(_at(emission, time))
+        parts.append(_at(Emission(pd.DataFrame(), nulls), last))
+        kept_changes = [c for c in changes if c is not None and len(c)]
+        out = self._output(parts, pd.concat(kept_changes) if kept_changes else None)
+        if trace:
+            out.append(self._trace_frame(plan.shard_ids.index(int(shard)), trace))
+        return out
+
+    def _arrivals(self, data: pa.Table | None, now: int) -> list[tuple[int, Bundle]]:
+        """The rows by processing time (``PROC``; without it all at ``now``), each group
+        in arrival order (``ORDER``, when given): ``(time, bundle)``, earliest first."""
+        if data is None or not data.num_rows:
+            return []
+        plan = self.plan
+        if plan.has_proc:
+            data = data.set_column(
+                data.schema.get_field_index(PROC), PROC, pc.fill_null(data[PROC], now)
+            )
+        order = [(PROC, "ascending")] if plan.has_proc else []
+        order += [(ORDER, "ascending")] if plan.has_order else []
+        data = data.sort_by(order) if order else data  # a stable sort
+        times = (
+            data[PROC].to_numpy(zero_copy_only=False).astype(np.int64)
+            if plan.has_proc
+            else np.full(data.num_rows, now, dtype=np.int64)
+        )
+        bundle = self._bundle(data)
+        bounds = np.r_[0, np.flatnonzero(np.diff(times)) + 1, len(times)]
+        values = bundle.values
+        return [
+            (
+                int(times[a]),
+                Bundle(
+                    bundle.keys[a:b],
+                    bundle.timestamps[a:b],
+                    None if values is None else values.iloc[a:b],
+                ),
+            )
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+
+    def _last(self, table: pa.Table | None, now: int) -> int:
+        """The latest processing time of this micro-batch's rows (control rows too)."""
+        m = pc.max(table[PROC]).as_py() if table is not None else None
+        return now if m is None else int(m)
+
+    def _trace_frame(self, shard: int, trace: list[tuple[int, int, int]]) -> pd.DataFrame:
+        """Rows of kind 'watermark': the shard's watermark and K after each step."""
+        times, watermarks, slack = np.asarray(trace, dtype=np.int64).T
+        out = pd.DataFrame({"kind": np.full(len(trace), "watermark", dtype=object)})
+        for name in self.plan.out_schema.fieldNames()[1:]:
+            out[name] = None
+        out[STEP_TIME] = times
+        out[SHARD_NO] = np.full(len(trace), shard, dtype=np.int32)
+        out[SHARD_WM] = watermarks
+        out[SHARD_SLACK] = slack
+        return out
 
     def _transform(self, panes: pd.DataFrame, now: int, watermark: int) -> pd.DataFrame | None:
         """The plan's pane transform over this step's panes; its state is read and
@@ -99,15 +203,10 @@ class ShardLogic:
         """This shard's part of the micro-batch as one model step, and the rows
         with a null event time (dead letters)."""
         plan = self.plan
-        data = table
+        data, fire_timers, end = self._control(table)
         wm: int | None = None
         proc: int | None = None
-        fire_timers = not plan.has_kind  # a replay marks the steps that fire timers
         if table is not None:
-            if plan.has_kind:
-                control = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
-                data = table.filter(pc.invert(control))
-                fire_timers = bool(pc.any(pc.equal(table[KIND], "clock")).as_py())
             if plan.punctuated:
                 m = pc.max(table[WM]).as_py()
                 wm = None if m is None else int(m)
@@ -122,32 +221,52 @@ class ShardLogic:
             # (Spark's "no watermark yet" is 0).
             spark_wm = int(tv.getCurrentWatermarkInMs())
             arrival_wm = spark_wm if spark_wm > 0 else None
-        nulls = pd.DataFrame()
-        rows = None
-        if data is not None and data.num_rows:
-            null_ts = pc.is_null(data[TS])
-            if pc.any(null_ts).as_py():
-                nulls = self._null_letters(data.filter(null_ts))
-                data = data.filter(pc.invert(null_ts))
-        if data is not None and data.num_rows:
-            keys = data[KEY].to_numpy(zero_copy_only=False)
-            ts = data[TS].to_numpy(zero_copy_only=False)
-            # Integers with nulls (lifted partial sums) stay exact: objects, not floats.
-            values = (
-                data.select(list(plan.input_cols)).to_pandas(integer_object_nulls=True)
-                if plan.input_cols
-                else None
-            )
-            if plan.needs_dummy:
-                # Combiners without an input column (Count) read the reducer's
-                # default column; give it one of the bundle's length.
-                values = pd.DataFrame(index=range(data.num_rows)) if values is None else values
-                values["value"] = np.zeros(data.num_rows, dtype=np.int8)
-            rows = Bundle(keys, ts, values)
+        data, nulls = self._without_null_times(data)
+        rows = self._bundle(data) if data is not None and data.num_rows else None
         batch = MicroBatch(
-            rows, watermark=wm, now=proc, fire_timers=fire_timers, arrival_watermark=arrival_wm
+            rows,
+            watermark=MAX_TIMESTAMP if end else wm,
+            now=proc,
+            fire_timers=fire_timers,
+            arrival_watermark=arrival_wm,
         )
         return batch, nulls
+
+    def _control(self, table: pa.Table | None) -> tuple[pa.Table | None, bool, bool]:
+        """The data rows; whether the step fires processing-time timers (a replay
+        marks those steps with a ``clock`` row); whether it ends the input (``end``)."""
+        if table is None or not self.plan.has_kind:
+            return table, not self.plan.has_kind, False
+        control = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
+        fire_timers = bool(pc.any(pc.equal(table[KIND], "clock")).as_py())
+        end = bool(pc.any(pc.equal(table[KIND], "end")).as_py())
+        return table.filter(pc.invert(control)), fire_timers, end
+
+    def _without_null_times(self, data: pa.Table | None) -> tuple[pa.Table | None, pd.DataFrame]:
+        """The rows with an event time, and the dead letters of those without."""
+        if data is None or not data.num_rows:
+            return data, pd.DataFrame()
+        null_ts = pc.is_null(data[TS])
+        if not pc.any(null_ts).as_py():
+            return data, pd.DataFrame()
+        return data.filter(pc.invert(null_ts)), self._null_letters(data.filter(null_ts))
+
+    def _bundle(self, data: pa.Table) -> Bundle:
+        plan = self.plan
+        keys = data[KEY].to_numpy(zero_copy_only=False)
+        ts = data[TS].to_numpy(zero_copy_only=False)
+        # Integers with nulls (lifted partial sums) stay exact: objects, not floats.
+        values = (
+            data.select(list(plan.input_cols)).to_pandas(integer_object_nulls=True)
+            if plan.input_cols
+            else None
+        )
+        if plan.needs_dummy:
+            # Combiners without an input column (Count) read the reducer's
+            # default column; give it one of the bundle's length.
+            values = pd.DataFrame(index=range(data.num_rows)) if values is None else values
+            values["value"] = np.zeros(data.num_rows, dtype=np.int8)
+        return Bundle(keys, ts, values)
 
     def _null_letters(self, rows: pa.Table) -> pd.DataFrame:
         """Dead letters of rows whose event time is null (reason ``null_event_time``)."""
@@ -195,13 +314,23 @@ class ShardLogic:
         panes = [em.panes for em in parts if len(em.panes)]
         if panes:
             frame = panes[0] if len(panes) == 1 else pd.concat(panes, ignore_index=True)
-            out.append(self._pane_frame(frame)[names])
+            out.append(self._step_columns(self._pane_frame(frame), frame)[names])
         dropped = [em.dropped for em in parts if len(em.dropped)]
         if dropped:
             frame = dropped[0] if len(dropped) == 1 else pd.concat(dropped, ignore_index=True)
-            out.append(self._dropped_frame(frame)[names])
+            out.append(self._step_columns(self._dropped_frame(frame), frame)[names])
         if changes is not None and len(changes):
-            out.append(self._change_frame(changes)[names])
+            out.append(self._step_columns(self._change_frame(changes), changes)[names])
+        return out
+
+    def _step_columns(self, out: pd.DataFrame, source: pd.DataFrame) -> pd.DataFrame:
+        """With a shard-derived watermark: each row's step time (the other columns of
+        the watermark rows are null here)."""
+        if self.plan.derived is None:
+            return out
+        out[STEP_TIME] = source[STEP_TIME].to_numpy(np.int64)
+        for name in (SHARD_NO, SHARD_WM, SHARD_SLACK):
+            out[name] = None
         return out
 
     def _change_frame(self, changes: pd.DataFrame) -> pd.DataFrame:
@@ -270,3 +399,11 @@ def _longs(column: pd.Series):
     if column.isna().any():
         return pd.array(column, dtype="Int64")
     return column.to_numpy(np.int64)
+
+
+def _at(emission: Emission, time: int) -> Emission:
+    """The emission with the processing time of its step on every row (in place)."""
+    for frame in (emission.panes, emission.dropped):
+        if len(frame):
+            frame[STEP_TIME] = time
+    return emission

@@ -46,6 +46,21 @@ allowed lateness <= watermark) and counts and routes every drop. Spark's
 advanced *before* the bundle is added: Spark computed it before the batch's
 rows arrived, so it is the watermark at their arrival (rule 3).
 
+K-slack strategies (``headwater.model.slack``: ``FixedSlack``,
+``MaxDelaySlack``, ``QualityDriven``; :data:`WATERMARKS` maps them to
+:class:`PerShard`): each shard derives its own watermark ``t_max - K`` from
+its own rows, in ``shard_logic``. The shard applies one model step per
+processing time of its rows (the processing-time column, e.g. a micro-batch
+time of the source; rows of one time in ``arrival_order_col`` order), each
+followed by the watermark its tracker (the model's, keyed by strategy class,
+kept in a second ``ValueState``) derives from the rows so far, so the results
+do not depend on how Spark cuts the stream into micro-batches: they are the
+local runner's. A control row of kind ``end`` ends the input (the watermark
+goes to the end of time). No event-time timers and no combiner lifting (delays
+are measured per row). The output gets ``processing_time`` (the step of each
+row) and rows of kind ``watermark``, one per shard and step, with the
+shard's watermark and ``K`` (:func:`watermark_trace`).
+
 Processing time: the ``proc_ms`` column when present (replays: the virtual
 clock), else Spark's batch timestamp (``TimerValues.
 getCurrentProcessingTimeInMs()``, the same for every shard of a batch and
@@ -65,6 +80,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark import cloudpickle
@@ -83,6 +99,7 @@ from headwater.model.plan import (
     build_plan,
     null_event_time_error,
 )
+from headwater.model.slack import FixedSlack, MaxDelaySlack, QualityDriven
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.transform import PaneTransform
 from headwater.model.watermarks import (
@@ -97,6 +114,7 @@ from headwater.runners.spark.output import (
     decode,
     observe_counts,
     panes,
+    watermark_trace,
 )
 from headwater.runners.spark.packing import Packer, lifted_aggregations, lifting
 from headwater.runners.spark.processor import ShardProcessor
@@ -106,10 +124,15 @@ from headwater.runners.spark.worker import (
     DROP,
     KEY,
     KIND,
+    ORDER,
     OUT,
     PACKET_SCHEMA,
     PROC,
     SHARD,
+    SHARD_NO,
+    SHARD_SLACK,
+    SHARD_WM,
+    STEP_TIME,
     TS,
     WM,
     N,
@@ -128,6 +151,7 @@ __all__ = [
     "run_streaming",
     "start_streaming",
     "state_store_for",
+    "watermark_trace",
 ]
 
 _NO_KEY = "__hw_no_key"  # the one key of an aggregation without key columns
@@ -203,11 +227,29 @@ def _bounded(df: DataFrame, strategy: BoundedOutOfOrderness, event_time: str):
     return df.withWatermark(source, f"{strategy.delay} milliseconds"), None
 
 
+@dataclass(frozen=True)
+class PerShard:
+    """The watermark each shard derives from its own rows and state (see
+    ``shard_logic``): ``strategy`` names the tracker (``headwater.model.slack``)."""
+
+    strategy: WatermarkStrategy
+
+
+def _per_shard(df: DataFrame, strategy: WatermarkStrategy, event_time: str):
+    """A K-slack buffer: each shard's watermark is its own ``t_max - K``, derived from
+    its rows in arrival order, one step per processing time (module docstring)."""
+    return df, PerShard(strategy)
+
+
 #: How this runner executes each watermark strategy: ``f(df, strategy, event_time)
-#: -> (df, watermark column or None)``; None means Spark's own watermark.
+#: -> (df, source)``; the source is a watermark column (punctuated), ``None``
+#: (Spark's own watermark) or :class:`PerShard` (each shard derives its own).
 WATERMARKS: dict[type[WatermarkStrategy], Callable] = {
     Punctuated: _punctuated,
     BoundedOutOfOrderness: _bounded,
+    FixedSlack: _per_shard,
+    MaxDelaySlack: _per_shard,
+    QualityDriven: _per_shard,
 }
 
 #: What the streaming runner executes: any window function and combiner (the core
@@ -230,6 +272,7 @@ def compile_streaming(
     max_packet_rows: int = 1_000_000,
     lift: bool | str = "auto",
     transform: PaneTransform | None = None,
+    arrival_order_col: str | None = None,
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -251,6 +294,9 @@ def compile_streaming(
     instead of one element. ``transform``: a front end's pane transform
     (:mod:`headwater.model.transform`), run in each shard after every step; its
     rows (kind ``'change'``, its columns) replace the panes.
+    ``arrival_order_col``: with a watermark each shard derives (K-slack), the
+    order in which rows of one processing time arrived (delays are measured in
+    arrival order); without it, the order Spark hands the rows over.
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -271,7 +317,9 @@ def compile_streaming(
         proc_col = processing_time_col
     kind: str | None = ("kind" if "kind" in names else None) if kind_col == "auto" else kind_col
     n_shards = int(num_shards or int(spark.conf.get("spark.sql.shuffle.partitions")))
-    df, wm_col = WATERMARKS[type(plan.watermark)](df, plan.watermark, plan.event_time)
+    df, source = WATERMARKS[type(plan.watermark)](df, plan.watermark, plan.event_time)
+    wm_col = source if isinstance(source, Column) else None
+    derived = source.strategy if isinstance(source, PerShard) else None
     schema = df.schema
 
     et_ms = F.unix_millis(F.col(plan.event_time).cast("timestamp"))
@@ -306,15 +354,18 @@ def compile_streaming(
         projected.append(wm_col.alias(WM))
     if proc_col is not None:
         projected.append(F.col(proc_col).cast("long").alias(PROC))
+    if derived is not None and arrival_order_col is not None:
+        projected.append(F.col(arrival_order_col).cast("long").alias(ORDER))
     flat = df.select(*projected)
 
-    # -- combiner lifting
-    lifted = lifting(plan.windowing, aggs, schema) if lift in ("auto", True) else None
+    # -- combiner lifting (never with a shard-derived watermark: it measures each row)
+    can_lift = lift in ("auto", True) and derived is None
+    lifted = lifting(plan.windowing, aggs, schema) if can_lift else None
     if lift is True and lifted is None:
         raise PlanError(
             "combiner lifting needs Sum/Count/Min/Max/Mean aggregations of numeric columns, "
-            "Global/Fixed/Sliding windows, the end-of-window timestamp combiner and a "
-            "trigger without element counts",
+            "Global/Fixed/Sliding windows, the end-of-window timestamp combiner, a "
+            "trigger without element counts and a watermark that is not per shard",
             argument="lift",
             fix="Pass lift='auto' to lift only where it is valid",
         )
@@ -352,6 +403,13 @@ def compile_streaming(
         for f in transform.output_fields():
             out_fields.append(T.StructField(OUT + f.name, to_spark(f.type, what=repr(f.name))))
             transformed.append(f.name)
+    if derived is not None:
+        out_fields += [
+            T.StructField(STEP_TIME, T.LongType()),
+            T.StructField(SHARD_NO, T.IntegerType()),
+            T.StructField(SHARD_WM, T.LongType()),
+            T.StructField(SHARD_SLACK, T.LongType()),
+        ]
     out_schema = T.StructType(out_fields)
 
     worker_plan = WorkerPlan(
@@ -369,17 +427,31 @@ def compile_streaming(
         needs_dummy=any(col is None for _, col in reducer_aggs.values())
         and "value" not in reducer_inputs,
         transform=transform,
+        derived=derived,
+        has_order=derived is not None and arrival_order_col is not None,
     )
     packets = flat.mapInArrow(Packer(worker_plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
         statefulProcessor=ShardProcessor(
-            cloudpickle.dumps(worker_plan), has_transform=transform is not None
+            cloudpickle.dumps(worker_plan),
+            has_transform=transform is not None,
+            derives_watermark=derived is not None,
         ),
         outputStructType=out_schema,
         outputMode="Append",
         timeMode="EventTime",
     )
-    out = decode(result, keys, key_fields, raw_key, aggs, list(drop_types), timestamps, transformed)
+    out = decode(
+        result,
+        keys,
+        key_fields,
+        raw_key,
+        aggs,
+        list(drop_types),
+        timestamps,
+        transformed,
+        per_shard=derived is not None,
+    )
     return out.drop(_NO_KEY) if not plan.keys else out
 
 

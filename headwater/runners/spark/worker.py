@@ -32,8 +32,17 @@ KIND = "__hw_kind"
 WM = "__hw_wm"
 PROC = "__hw_proc"
 N = "__hw_n"  # elements per (lifted) row
-#: Kinds of control rows; ``clock`` marks a step that fires processing-time timers.
-CONTROL_KINDS = pa.array(["tick", "clock"], pa.string())
+ORDER = "__hw_order"  # arrival order within a processing time (a shard-derived watermark)
+#: Kinds of control rows; ``clock`` marks a step that fires processing-time timers,
+#: ``end`` the end of the input (the watermark goes to the end of time).
+CONTROL_KINDS = pa.array(["tick", "clock", "end"], pa.string())
+#: Operator output columns of a plan whose watermark each shard derives (K-slack): the
+#: processing time of the step that made a row, and on rows of kind ``'watermark'``
+#: the shard (its index), its watermark after the step and the slack ``K``.
+STEP_TIME = "__hw_step_time"
+SHARD_NO = "__hw_shard_no"
+SHARD_WM = "__hw_shard_wm"
+SHARD_SLACK = "__hw_shard_slack"
 #: Prefix of the operator's output columns that carry a dead letter's fields.
 DROP = "dropped_"
 #: Prefix of the operator's output columns that carry a pane transform's rows.
@@ -92,6 +101,10 @@ class WorkerPlan:
     #: a front end's pane transform (headwater.model.transform): output rows of kind
     #: 'change' replace the panes
     transform: Any = None
+    #: the watermark strategy each shard derives from its own rows (a K-slack of
+    #: headwater.model.slack), or None
+    derived: Any = None
+    has_order: bool = False  # an ORDER column (arrival order within a processing time)
 
 
 _PROFILERS: dict[str, Any] = {}

@@ -1,0 +1,331 @@
+"""The fast path of a windowed aggregate on Spark Structured Streaming.
+
+The stream (a Spark streaming DataFrame, or a recorded replay played through
+the replay source) is pre-projected with Spark SQL expressions
+(:class:`~headwater.sql.aggregate.Projection`: the GROUP BY key, the WHERE
+flag, the aggregates' arguments), then runs the model's windowed plan with real
+combiners on the streaming runner (combiner lifting where valid), with the
+query's :class:`~headwater.sql.aggregate.AggregateMaintainer` as the pane
+transform of every shard: each shard turns the panes of a micro-batch into
+changelog rows with one DuckDB query and keeps its groups' last results (only
+those of windows the model still holds) in Spark's state store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from headwater.io.replay import read_replay as read_timeline
+from headwater.io.replay import register_replay_source, write_timeline
+from headwater.model.plan import Schema, build_plan
+from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
+from headwater.runners.spark.output import changes, dead_letters
+from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
+from headwater.runners.spark.types import of_spark
+from headwater.sql.aggregate import ET, KEY, AggregatePlan
+from headwater.sql.aggregate import dead_letters as sql_dead_letters
+from headwater.sql.catalog import PTIME, event_millis
+from headwater.sql.errors import SqlError
+from headwater.sql.local import SqlRun, steps_of
+
+#: Columns of the replay source that the pre-projection passes through.
+_REPLAY_COLUMNS = ("kind", "proc_ms", "watermark_ms")
+
+Sink = Callable[[Any, int], None]
+
+
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_timestamp(t) or pa.types.is_integer(t):
+        return "bigint"
+    if pa.types.is_floating(t):
+        return "double"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    return "string"
+
+
+def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = ()):
+    """The pre-projection of the stream ``df`` (the stream's own columns): key,
+    WHERE flag, aggregate arguments and the event time ``__et``."""
+    items = [*sql.projection.select("spark")]
+    et = sql.shape.stream.event_time
+    items.append(f"`{et}` AS {ET}")
+    items += [f"`{c}`" for c in passthrough]
+    return df.selectExpr(*items)
+
+
+def compile_stream(
+    sql: AggregatePlan,
+    df,
+    watermark: WatermarkStrategy,
+    *,
+    lift: bool | str = "auto",
+    num_shards: int | None = None,
+):
+    """The runner's streaming plan over the pre-projected ``df`` (see :func:`project`)."""
+    plan = build_plan(
+        Schema.of({f.name: of_spark(f.dataType) for f in df.schema.fields}),
+        keys=sql.keys,
+        event_time=ET,
+        windowing=sql.strategy,
+        aggregations=sql.aggregations,
+        bounded=False,
+        watermark=watermark,
+        capabilities=CAPABILITIES,
+    )
+    return compile_streaming(
+        df,
+        plan,
+        transform=sql.maintainer,
+        timestamps="ms",
+        lift=lift,
+        num_shards=num_shards,
+    )
+
+
+# ------------------------------------------------------------------ replays
+
+
+def write_stream_timeline(sql: AggregatePlan, path: str, as_of: int | None) -> dict[str, str]:
+    """The stream's replay as a timeline of its own rows (columns ``__c<i>``,
+    timestamps as epoch ms): a step per processing time, each firing the
+    timers due then. Returns the timeline's value columns and their types."""
+    table = sql.shape.stream
+    frame = table.frame
+    columns = {f"__c{i}": _spark_type(f.type) for i, f in enumerate(sql.schema)}
+    values = {}
+    for name, f in zip(columns, sql.schema, strict=True):
+        if pa.types.is_timestamp(f.type):
+            ms = event_millis(frame[f.name])
+            values[name] = pd.Series(ms, dtype=object).where(~np.isnan(ms), None)
+        else:
+            values[name] = frame[f.name].astype(object).where(frame[f.name].notna(), None)
+    rows = pd.DataFrame(values)
+    ptime = frame[PTIME].to_numpy(np.int64)
+    et = event_millis(frame[table.event_time])
+    ptimes, marks = steps_of(sql.query, pd.DataFrame({PTIME: ptime}), as_of)
+    steps = []
+    for step, mark in zip(ptimes, marks, strict=True):
+        here = np.flatnonzero(ptime == step)
+        records = rows.iloc[here].to_dict("records")
+        step_rows = [
+            {"key": "", "ts": None if np.isnan(et[i]) else int(et[i]), **record}
+            for i, record in zip(here, records, strict=True)
+        ]
+        entry: dict[str, Any] = {"proc_ms": int(step), "rows": step_rows, "timers": True}
+        if mark > np.iinfo(np.int64).min:
+            entry["watermark_ms"] = int(mark)
+        steps.append(entry)
+    write_timeline(path, steps, columns=columns, key_type="string")
+    return columns
+
+
+def replay_frame(spark, sql: AggregatePlan, path: str):
+    """The replay at ``path`` as a stream of the table's own columns (plus the
+    replay's ``kind``, ``proc_ms`` and ``watermark_ms``)."""
+    register_replay_source(spark)
+    stream = read_timeline(spark, path)
+    items = list(_REPLAY_COLUMNS)
+    for i, f in enumerate(sql.schema):
+        if pa.types.is_timestamp(f.type):
+            items.append(f"timestamp_millis(`__c{i}`) AS `{f.name}`")
+        else:
+            items.append(f"`__c{i}` AS `{f.name}`")
+    return stream.selectExpr(*items)
+
+
+def run_replay(spark, sql: AggregatePlan, as_of: int | None = None, **options: Any) -> SqlRun:
+    """The query over its recorded stream on the streaming runner, to the end."""
+    workdir = tempfile.mkdtemp(prefix="headwater-sql-")
+    try:
+        path = os.path.join(workdir, "timeline.jsonl")
+        write_stream_timeline(sql, path, as_of)
+        df = project(sql, replay_frame(spark, sql, path), passthrough=_REPLAY_COLUMNS)
+        out = compile_stream(sql, df, Punctuated("watermark_ms"), **options)
+        return collect(out, sql, os.path.join(workdir, "checkpoint"))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def collect(out, sql: AggregatePlan, checkpoint: str) -> SqlRun:
+    """Run the streaming plan to the end of its input; its changelog and dead letters."""
+    fields = [f.name for f in sql.maintainer.output_fields()]
+    parts: list[pd.DataFrame] = []
+    letters: list[pd.DataFrame] = []
+
+    def each_batch(batch, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            parts.append(changes(batch, fields).toPandas())
+            dropped = dead_letters(batch).toPandas()
+            if len(dropped):
+                letters.append(dropped)
+        finally:
+            batch.unpersist()
+
+    writer = (
+        out.writeStream.foreachBatch(each_batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    with state_store_for(out.sparkSession):
+        query = writer.start()
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    full = [p for p in parts if len(p)]
+    log = pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=fields)
+    log = log.sort_values(["ptime", "__gs", "__ge", "__gk", "ver"], kind="stable")
+    dropped = pd.concat(letters, ignore_index=True) if letters else pd.DataFrame()
+    return SqlRun(
+        sql.maintainer.columns,
+        log[fields].reset_index(drop=True),
+        sql_dead_letters(sql, _model_drops(dropped)),
+    )
+
+
+def _model_drops(frame: pd.DataFrame) -> pd.DataFrame:
+    """The runner's dead letters as the model's dropped frame."""
+    if not len(frame):
+        return pd.DataFrame(columns=["key", "timestamp", "window_start", "window_end", "reason"])
+    out = pd.DataFrame(
+        {
+            "key": frame[KEY].to_numpy() if KEY in frame.columns else np.zeros(len(frame)),
+            "timestamp": frame["event_time"].to_numpy(),
+            "window_start": frame["window_start"].to_numpy(),
+            "window_end": frame["window_end"].to_numpy(),
+            "reason": frame["reason"].to_numpy(),
+        }
+    )
+    if "elements" in frame.columns:
+        out["elements"] = frame["elements"].to_numpy()
+    return out
+
+
+# ------------------------------------------------------------------ Spark streams
+
+
+def changelog_frame(sql: AggregatePlan, out):
+    """The changelog rows of the runner's output ``out`` (or of one micro-batch):
+    the query's columns, ``undo``, ``ptime`` (a timestamp) and ``ver``."""
+    from pyspark.sql import functions as F
+
+    fields = [f.name for f in sql.maintainer.output_fields()]
+    return changes(out, fields).select(
+        *[F.col(f"`{c}`") for c in sql.maintainer.columns],
+        F.col("undo"),
+        F.timestamp_millis(F.col("ptime")).alias("ptime"),
+        F.col("ver"),
+    )
+
+
+def dead_letter_frame(sql: AggregatePlan, out):
+    """The dead letters of ``out`` (or of one micro-batch), as the SQL front end
+    shows them: query, table, reason, window, GROUP BY columns, event time, and
+    ``elements`` (more than 1 for a lifted partial aggregate)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    rows = dead_letters(out)
+    table = sql.shape.stream
+    items = [
+        F.lit(sql.query.name).alias("query"),
+        F.lit(table.name).alias("table"),
+        F.col("reason"),
+        F.timestamp_millis(F.col("window_start")).alias("window_start"),
+        F.timestamp_millis(F.col("window_end")).alias("window_end"),
+    ]
+    group = sql.shape.group
+    types = sql.maintainer.group_types
+    carried = [T.LongType() if pa.types.is_timestamp(t) else from_arrow_type(t) for t in types]
+    if len(group) == 1:
+        values = [F.col(KEY).cast(carried[0])]
+    elif group:
+        schema = T.StructType([T.StructField(f"k{i}", t) for i, t in enumerate(carried)])
+        parsed = F.from_json(F.col(KEY), schema)
+        values = [parsed.getField(f"k{i}") for i in range(len(group))]
+    else:
+        values = []
+    for name, value, t in zip(group, values, types, strict=True):
+        items.append((F.timestamp_millis(value) if pa.types.is_timestamp(t) else value).alias(name))
+    et = table.event_time
+    if et not in group:
+        is_time = pa.types.is_timestamp(sql.schema.field(et).type)
+        stamp = F.timestamp_millis(F.col("event_time")) if is_time else F.col("event_time")
+        items.append(stamp.alias(et))
+    items.append(F.col("elements"))
+    return rows.select(*items)
+
+
+def start(
+    sql: AggregatePlan,
+    *,
+    checkpoint_location: str,
+    sink: Sink | None = None,
+    dead_letter_sink: Sink | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    lift: bool | str = "auto",
+    num_shards: int | None = None,
+):
+    """Start the query over its Spark stream. Each micro-batch's changelog
+    (:func:`changelog_frame`) goes to ``sink`` and its dead letters
+    (:func:`dead_letter_frame`) to ``dead_letter_sink``, each ``f(batch_df,
+    batch_id)`` (idempotent per batch id: a batch re-runs after a failure);
+    with neither, the changelog goes to Spark's ``noop`` sink (benchmarks)."""
+    table = sql.shape.stream
+    if table.spark is None or not table.is_stream:
+        raise SqlError(f"table {table.name!r} is not a Spark stream")
+    if not isinstance(table.watermark, BoundedOutOfOrderness):
+        raise SqlError(
+            f"the Spark stream {table.name!r} needs a watermark",
+            hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ..., or pass "
+            "Table(..., watermark=BoundedOutOfOrderness(ms))",
+        )
+    out = compile_stream(
+        sql, project(sql, table.spark), table.watermark, lift=lift, num_shards=num_shards
+    )
+    if sink is None and dead_letter_sink is None:
+        writer = changelog_frame(sql, out).writeStream.format("noop")
+    else:
+
+        def each_batch(batch, batch_id: int) -> None:
+            batch = batch.persist()
+            try:
+                if sink is not None:
+                    sink(changelog_frame(sql, batch), batch_id)
+                if dead_letter_sink is not None:
+                    dead_letter_sink(dead_letter_frame(sql, batch), batch_id)
+            finally:
+                batch.unpersist()
+
+        writer = out.writeStream.foreachBatch(each_batch)
+    writer = writer.option("checkpointLocation", checkpoint_location)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    with state_store_for(out.sparkSession):
+        return writer.start()
+
+
+__all__ = [
+    "changelog_frame",
+    "collect",
+    "compile_stream",
+    "dead_letter_frame",
+    "project",
+    "run_replay",
+    "start",
+]

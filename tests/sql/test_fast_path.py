@@ -1,0 +1,352 @@
+"""The fast path of windowed aggregates (headwater/sql/aggregate.py) against the
+general path, on recorded timelines with late data and NULLs, under every EMIT
+trigger; on the local runner, and (batched, few runs) on streaming Spark."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import headwater as hw
+from headwater.model.combiners import CountDistinct
+from headwater.sql import aggregate, read_replay
+from headwater.sql.aggregate import AggregatePlan, general_path, why_not, with_keys
+from headwater.sql.local import SqlPlan, compile_sql, run_stream
+
+BASE = pd.Timestamp("2020-04-15T08:00:00")
+TUMBLE = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '5' MINUTE)"
+HOP = (
+    "Hop(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '10' MINUTE, "
+    "hopsize => INTERVAL '5' MINUTE)"
+)
+FLINK = "TABLE(TUMBLE(TABLE Bid, DESCRIPTOR(bidtime), INTERVAL '5' MINUTES))"
+
+#: Every EMIT trigger (STREAM only changes the rendering of the same changelog).
+EMITS = [
+    "EMIT STREAM",
+    "EMIT STREAM AFTER WATERMARK",
+    "EMIT STREAM AFTER DELAY INTERVAL '2' MINUTE",
+    "EMIT STREAM AFTER DELAY INTERVAL '2' MINUTE AND AFTER WATERMARK",
+]
+
+#: (query without EMIT, its GROUP BY columns that are not window bounds)
+QUERIES = {
+    "window": (
+        "SELECT wstart, wend, COUNT(*) AS n, COUNT(price) AS priced, SUM(price) AS total, "
+        "MIN(price) AS low, MAX(item) AS top, AVG(price) AS mean, "
+        f"COUNT(DISTINCT item) AS items FROM {TUMBLE} GROUP BY wstart, wend",
+        (),
+    ),
+    "keyed": (
+        "SELECT item, wend, COUNT(*) AS n, SUM(price * 2) + 1 AS twice, MAX(bidtime) AS latest, "
+        f"CASE WHEN MIN(price) IS NULL THEN 'none' ELSE 'some' END AS priced FROM {HOP} h "
+        "WHERE h.price IS NULL OR h.price < 8 GROUP BY h.item, wstart, wend "
+        "HAVING COUNT(*) >= 1 AND COALESCE(SUM(price), 0) <> 7",
+        ("item",),
+    ),
+    "raw": ("SELECT bidtime, item, COUNT(*) AS n FROM Bid GROUP BY bidtime, item", ("item",)),
+    "flink": (
+        "SELECT window_start, window_end, window_time, item, SUM(price) AS total, "
+        f"AVG(price) AS mean FROM {FLINK} GROUP BY window_start, window_end, window_time, item",
+        ("item",),
+    ),
+}
+
+
+def _iso(seconds: int) -> str:
+    return (BASE + pd.Timedelta(seconds=seconds)).isoformat()
+
+
+def write_timeline(path, seed: int, lines: int = 90) -> None:
+    """Rows arriving out of order (some beyond any lateness), NULL prices, items
+    and event times, and a watermark that advances now and then."""
+    rng = np.random.default_rng(seed)
+    out, ptime, mark = [], 0, None
+    for _ in range(lines):
+        ptime += int(rng.choice([0, 0, 20, 40, 60]))
+        if rng.random() < 0.2:
+            candidate = ptime - 120 - int(rng.integers(0, 120))
+            if mark is None or candidate > mark:
+                mark = candidate
+                out.append({"ptime": _iso(ptime), "watermark": _iso(mark)})
+            continue
+        et = ptime - int(rng.integers(0, 300)) - (900 if rng.random() < 0.1 else 0)
+        row = {
+            "bidtime": _iso(et) if rng.random() > 0.05 else None,
+            "price": int(rng.integers(1, 10)) if rng.random() > 0.15 else None,
+            "item": str(rng.choice(["A", "B", "C"])) if rng.random() > 0.1 else None,
+        }
+        out.append({"ptime": _iso(ptime), "row": row})
+    path.write_text("\n".join(json.dumps(line) for line in out) + "\n")
+
+
+@pytest.fixture(scope="module")
+def bids(tmp_path_factory):
+    """Two recorded timelines: without and with allowed lateness (and BIGINT prices)."""
+    root = tmp_path_factory.mktemp("fast")
+    tables = []
+    for seed, lateness in ((3, 0), (11, 180_000)):
+        path = root / f"bids-{seed}.jsonl"
+        write_timeline(path, seed)
+        types = {"price": "BIGINT"} if lateness else None
+        tables.append(read_replay(path, "Bid", "bidtime", types=types, allowed_lateness=lateness))
+    return tables
+
+
+def _value(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
+        return None
+    if isinstance(v, (np.integer, np.floating, int, float)) and not isinstance(v, bool):
+        return round(float(v), 9)
+    if isinstance(v, (pd.Timestamp, np.datetime64)):
+        return pd.Timestamp(v).isoformat()
+    return v
+
+
+def canon(frame: pd.DataFrame, columns=None, ordered: bool = False) -> list[tuple]:
+    """A frame as a list of rows of plain values (sorted: a multiset, unless ``ordered``)."""
+    frame = frame if columns is None else frame[list(columns)]
+    rows = [tuple(_value(v) for v in row) for row in frame.itertuples(index=False)]
+    return rows if ordered else sorted(rows, key=repr)
+
+
+def both_paths(table, text: str, keys: tuple[str, ...]):
+    """(fast run, general run) of ``text``: the general path with the fast path's
+    event-time groups (GROUP BY columns and window)."""
+    query = hw.sql(text, {"Bid": table})
+    fast = compile_sql(query.plan)
+    assert isinstance(fast, AggregatePlan), why_not(query.plan)
+    with general_path():
+        general_plan = with_keys(query.plan, keys)
+        assert isinstance(compile_sql(general_plan), SqlPlan)
+        general = run_stream(general_plan)
+    return run_stream(query.plan), general, query
+
+
+def assert_same_runs(fast, general, *, ver: bool = True) -> None:
+    assert fast.columns == general.columns
+    columns = [*fast.columns, "undo", "ptime", *(["ver"] if ver else [])]
+    f, g = fast.changes(), general.changes()
+    assert canon(f, columns) == canon(g, columns)
+    # in the changelog's order: by ptime, withdrawals first
+    order = ["ptime", "undo"]
+    assert canon(f, order, ordered=True) == canon(g, order, ordered=True)
+    assert len(f) > 0
+    for column in fast.columns:  # same result types as the general path
+        if len(f) and len(g):
+            assert f[column].dtype == g[column].dtype, column
+    for as_of in sorted(set(g["ptime"].astype(np.int64) // 1_000_000))[::3]:
+        assert canon(fast.table(as_of)) == canon(general.table(as_of))
+    shared = [c for c in fast.dead_letters.columns if c in general.dead_letters.columns]
+    assert {"query", "table", "reason", "window_start", "bidtime"} <= set(shared)
+    assert canon(fast.dead_letters, shared) == canon(general.dead_letters, shared)
+
+
+@pytest.mark.parametrize("emit", EMITS)
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_fast_path_equals_general_path(bids, name, emit):
+    text, keys = QUERIES[name]
+    for table in bids:
+        fast, general, _ = both_paths(table, f"{text} {emit}", keys)
+        assert_same_runs(fast, general)
+
+
+def test_late_rows_and_nulls_reach_the_dead_letters(bids):
+    fast, general, _ = both_paths(bids[0], f"{QUERIES['keyed'][0]} EMIT STREAM", ("item",))
+    reasons = set(fast.dead_letters["reason"])
+    assert {"late", "null_event_time"} <= reasons
+    assert len(fast.dead_letters) == len(general.dead_letters)
+
+
+def test_window_only_grouping_equals_the_unmodified_general_path(bids):
+    """Grouped by the window alone, the two paths' event-time groups are the same."""
+    text = f"{QUERIES['window'][0]} EMIT STREAM AFTER DELAY INTERVAL '2' MINUTE"
+    query = hw.sql(text, {"Bid": bids[1]})
+    fast = query.run()
+    with general_path():
+        general = run_stream(query.plan)
+    assert_same_runs(fast, general)
+
+
+def test_table_view_with_order_and_limit(bids):
+    text = f"{QUERIES['window'][0]} ORDER BY total DESC, wstart LIMIT 3"
+    fast = hw.sql(text, {"Bid": bids[0]}).to_pandas()
+    with general_path():
+        general = hw.sql(text, {"Bid": bids[0]}).to_pandas()
+    assert len(fast) == 3
+    assert canon(fast) == canon(general)
+    assert list(fast.columns) == list(general.columns)
+
+
+def test_multi_key_ver_counts_per_group(bids):
+    """``ver`` numbers the changelog rows of each (GROUP BY key, window) group."""
+    fast, _, _ = both_paths(bids[0], f"{QUERIES['keyed'][0]} EMIT STREAM", ("item",))
+    log = fast.changelog
+    for _, rows in log.groupby(["__gk", "__gs", "__ge"], dropna=False):
+        assert list(rows["ver"]) == list(range(len(rows)))
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (f"SELECT wstart, wend, COUNT(*) FROM {TUMBLE} GROUP BY wstart, wend", None),
+        (f"SELECT wstart, item, COUNT(*) FROM {TUMBLE} GROUP BY wstart, item", None),
+        ("SELECT bidtime, COUNT(*) FROM Bid GROUP BY bidtime", None),
+        (f"SELECT * FROM {TUMBLE}", "it has no GROUP BY"),
+        (f"SELECT item, COUNT(*) FROM {TUMBLE} GROUP BY item, wstart, wend", None),
+        (
+            "SELECT wstart, wend, COUNT(*) FROM Session(data => TABLE(Bid), "
+            "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '3' MINUTE) GROUP BY wstart, wend",
+            "session windows merge",
+        ),
+        (
+            f"SELECT wstart, wend, APPROX_COUNT_DISTINCT(item) FROM {TUMBLE} GROUP BY wstart, wend",
+            "aggregate",
+        ),
+        (
+            f"SELECT wstart, wend, COUNT(*) FROM {TUMBLE} WHERE price IN (SELECT 1) "
+            "GROUP BY wstart, wend",
+            "SUBQUERY",
+        ),
+        (
+            f"SELECT wstart, wend, COUNT(*) FROM {TUMBLE} WHERE wstart > TIMESTAMP "
+            "'2020-04-15 08:00:00' GROUP BY wstart, wend",
+            "window bound",
+        ),
+        (
+            f"SELECT wstart, MAX(price), ROW_NUMBER() OVER (ORDER BY wstart) FROM {TUMBLE} "
+            "GROUP BY wstart, wend",
+            "WINDOW",
+        ),
+        (f"SELECT DISTINCT wstart, COUNT(*) FROM {TUMBLE} GROUP BY wstart", "DISTINCT"),
+        (
+            f"SELECT wstart, COUNT(*) FROM {TUMBLE} GROUP BY wstart, wend, price + 1",
+            "not a column",
+        ),
+    ],
+)
+def test_which_queries_take_the_fast_path(bids, text, reason):
+    plan = hw.sql(text, {"Bid": bids[0]}).plan
+    found = why_not(plan)
+    if reason is None:
+        assert found is None
+    else:
+        assert found is not None and reason in found
+
+
+def test_general_path_switch(bids):
+    text = f"SELECT wstart, wend, COUNT(*) AS n FROM {TUMBLE} GROUP BY wstart, wend EMIT STREAM"
+    plan = hw.sql(text, {"Bid": bids[0]}).plan
+    assert isinstance(compile_sql(plan), AggregatePlan)
+    assert isinstance(compile_sql(plan, fast=False), SqlPlan)
+    with general_path():
+        assert not aggregate.enabled()
+        assert isinstance(compile_sql(plan), SqlPlan)
+    assert aggregate.enabled()
+
+
+def test_count_distinct_combiner():
+    fn = CountDistinct()
+    acc = fn.add(np.array(["a", "b", "a", None, "c"], dtype=object), np.array([0, 0, 0, 1, 2]), 3)
+    assert list(fn.extract(acc)) == [2, 0, 1]
+    more = fn.add(np.array(["a", "z"], dtype=object), np.array([1, 0]), 2)
+    both = {"distinct": np.concatenate([acc["distinct"], more["distinct"]])}
+    merged = fn.merge(both, np.array([0, 1, 2, 1, 0]), 3)
+    assert list(fn.extract(merged)) == [2, 1, 1]
+    back = fn.accumulator_from_arrow(
+        "distinct", fn.accumulator_to_arrow("distinct", merged["distinct"])
+    )
+    again = fn.merge({"distinct": np.concatenate([back, acc["distinct"]])}, np.arange(6) % 3, 3)
+    assert list(fn.extract(again)) == [2, 1, 1]
+    numbers = fn.add(np.array([1.0, np.nan, 1.0, 2.0]), np.array([0, 0, 1, 1]), 2)
+    assert list(fn.extract(numbers)) == [1, 2]
+
+
+def test_expire_forgets_collected_windows(bids):
+    """The transform's state keeps only the groups of windows the model still holds."""
+    text = f"{QUERIES['window'][0]} EMIT STREAM"
+    sql = compile_sql(hw.sql(text, {"Bid": bids[0]}).plan)
+    state = sql.maintainer.restore(None)
+    panes = pd.DataFrame(
+        {
+            "key": [0, 0],
+            "window_start": [0, 300_000],
+            "window_end": [300_000, 600_000],
+            **{c.name: [1, 2] for c in sql.maintainer.calls},
+            "is_retraction": [False, False],
+        }
+    )
+    first = sql.maintainer.apply(panes, 1, state)
+    assert list(first["ver"]) == [0, 0]
+    assert len(state.rows) == 2
+    sql.maintainer.expire(state, 300_000)
+    assert list(state.rows["__ge"]) == [600_000]
+    assert list(state.versions["__ge"]) == [600_000]
+    restored = sql.maintainer.restore(sql.maintainer.snapshot(state))
+    assert len(restored.rows) == 1
+    again = sql.maintainer.apply(
+        panes.iloc[1:].assign(**{c.name: 3 for c in sql.maintainer.calls}), 2, restored
+    )
+    assert list(again["undo"]) == [True, False] and list(again["ver"]) == [1, 2]
+
+
+# ---------------------------------------------------------------- Spark (few runs)
+
+#: (query, EMIT, lines of a shorter timeline, allowed lateness): one streaming run
+#: each (a replay step is a micro-batch, so timelines are short here).
+SPARK_CASES = [
+    ("window", EMITS[1], 0),
+    ("keyed", EMITS[0], 0),
+    ("raw", EMITS[3], 180_000),
+]
+
+
+@pytest.mark.spark
+def test_spark_streaming_equals_local(spark, tmp_path):
+    """The Spark fast path gives the local fast path's changelog and dead letters
+    (no key, a raw key with NULLs, a JSON key; three EMIT triggers)."""
+    from headwater.sql.spark import SparkSqlQuery
+
+    for i, (name, emit, lateness) in enumerate(SPARK_CASES):
+        path = tmp_path / f"bids-{i}.jsonl"
+        write_timeline(path, seed=20 + i, lines=24)
+        table = read_replay(path, "Bid", "bidtime", allowed_lateness=lateness)
+        text = f"{QUERIES[name][0]} {emit}"
+        local = hw.sql(text, {"Bid": table}).run()
+        query = SparkSqlQuery(text, {"Bid": table}, spark=spark)
+        assert isinstance(compile_sql(query.plan), AggregatePlan)
+        remote = query.run()
+        columns = [*local.columns, "undo", "ptime", "ver"]
+        assert len(local.changelog) > 0
+        assert canon(remote.changes(), columns) == canon(local.changes(), columns), name
+        shared = list(local.dead_letters.columns)
+        assert canon(remote.dead_letters, shared) == canon(local.dead_letters, shared), name
+
+
+@pytest.mark.spark
+def test_spark_bounded_tumble_is_one_native_plan(spark):
+    """A bounded windowed aggregate is Spark SQL alone: no Python UDF in the plan."""
+    from headwater.sql.spark import SparkSqlQuery
+
+    frame = pd.DataFrame(
+        {
+            "bidtime": pd.to_datetime(["2020-04-15 08:01", "2020-04-15 08:07", "2020-04-15 08:09"]),
+            "price": [2, 5, 3],
+            "item": ["A", "B", "B"],
+        }
+    )
+    text = (
+        f"SELECT wstart, wend, item, COUNT(*) AS n, SUM(price) AS total, MAX(price) AS top, "
+        f"COUNT(DISTINCT item) AS items FROM {TUMBLE} GROUP BY wstart, wend, item"
+    )
+    query = SparkSqlQuery(text, {"Bid": spark.createDataFrame(frame)}, spark=spark)
+    df = query.bounded()
+    executed = df._jdf.queryExecution().executedPlan().toString()
+    for operator in ("BatchEvalPython", "ArrowEvalPython", "FlatMapGroupsInPandas"):
+        assert operator not in executed
+    got = df.toPandas()
+    assert sorted(got["total"]) == [2, 8]
