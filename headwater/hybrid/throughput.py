@@ -87,6 +87,8 @@ def _tree_cpu() -> float | None:
         return None
     tick, children = os.sysconf("SC_CLK_TCK"), {}
     for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
@@ -106,7 +108,7 @@ def measure(job: ThroughputJob) -> dict:
     spark = spark_session(job.master, Path(job.work) / "scratch")
     try:
         _run(spark, job, job.warm_up, max(job.shards), "warm-up")
-        rates, cores = {}, {}
+        rates, used = {}, {}
         for shards in job.shards:
             runs = [
                 _run(spark, job, job.source, shards, f"{shards}-shards-{i}")
@@ -114,7 +116,7 @@ def measure(job: ThroughputJob) -> dict:
             ]
             best = min(runs, key=lambda r: r.seconds)
             rates[str(shards)] = job.source.rows / best.seconds
-            cores[str(shards)] = None if best.cores is None else round(best.cores, 2)
+            used[str(shards)] = None if best.cores is None else round(best.cores, 2)
         executors = spark.sparkContext._jsc.sc().getExecutorIds().size()
         cores = spark.sparkContext.defaultParallelism
     finally:
@@ -122,7 +124,7 @@ def measure(job: ThroughputJob) -> dict:
     return {
         "master": job.master,
         "rates": rates,
-        "cores_used": cores,
+        "cores_used": used,
         "executor_jvms": executors,  # 0: the driver's JVM runs the tasks (local[*])
         "cores": cores,
         "tuples": job.source.rows,
