@@ -84,14 +84,15 @@ class Runs:
 class Throughput:
     """How the stream module's throughput is measured: the shard counts; on Spark the
     masters, the tuples of the stream used (``events``: its first ones, all if None)
-    multiplied by ``density`` (:func:`headwater.hybrid.on_spark.densify`), and how
-    often each count runs (the fastest run counts)."""
+    multiplied by ``density`` (:func:`headwater.hybrid.on_spark.densify`: by default
+    2,000,000 tuples on 800 keys, 160,000 tuples per second of arrival; docs/hybrid.md,
+    "Throughput"), and how often each count runs (the fastest run counts)."""
 
     shards: tuple[int, ...] = (1, 2, 4)
     masters: tuple[str, ...] = ("local[*]", "local-cluster[2,1,2048]")
-    events: int | None = 200_000
-    density: int = 10
-    repeats: int = 2
+    events: int | None = 40_000
+    density: int = 50
+    repeats: int = 3
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """HPM end to end: the stream module's output fed to the batch module in processing time.
 
-:func:`run_stream` runs a K-slack strategy over every shard; :func:`apply_corrections`
-replays its output in processing-time order, in chunks that end where a
+:func:`run_stream` runs a K-slack strategy over every shard (local runner);
+:class:`BatchModule` is the batch module (archive, changelog, current-results
+table, corrector), fed one chunk at a time. :func:`apply_corrections` replays a
+stream run's output in processing-time order, in chunks that end where a
 correction is due (the Gamma rule): each chunk's raw tuples are archived, its
 stream panes written to the changelog and the current-results table, and its
 dead letters corrected. Everything it writes is idempotent per chunk, so after
 a crash it is simply run again over the same output: applied chunks are
-skipped, an interrupted correction is redone from its manifest.
+skipped, an interrupted correction is redone from its manifest. On Spark the
+same module is fed online, micro-batch by micro-batch
+(:mod:`headwater.hybrid.online`).
 """
 
 from __future__ import annotations

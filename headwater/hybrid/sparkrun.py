@@ -39,7 +39,7 @@ from headwater.hybrid.correction import Affected
 from headwater.hybrid.hpm import StreamRun
 from headwater.hybrid.online import OnlineCorrections
 from headwater.hybrid.pipeline import BATCH_TIME, Query, ShardRun
-from headwater.io.sinks.parquet import _ParquetBatches
+from headwater.io.sinks import parquet_sink
 from headwater.model.plan import Schema
 from headwater.model.schema import PANE_COLUMNS
 from headwater.model.slack import SlackStrategy, SlackTrace
@@ -48,18 +48,24 @@ from headwater.runners.spark import batch as B
 from headwater.runners.spark import streaming as S
 from headwater.runners.spark.types import of_spark
 
-#: The source's columns: the stream's, its batch time and arrival position, and the kind.
-SOURCE_SCHEMA = T.StructType(
-    [
-        T.StructField("kind", T.StringType()),
-        T.StructField("sensor", T.IntegerType()),
-        T.StructField("ts", T.LongType()),
-        T.StructField("speed", T.LongType()),
-        T.StructField("arrival", T.LongType()),
-        T.StructField(BATCH_TIME, T.LongType()),
-        T.StructField("seq", T.LongType()),
-    ]
-)
+
+def source_schema(value_type: str = "long") -> T.StructType:
+    """The source's columns: the stream's (the value ``long`` or ``double``), its batch
+    time and arrival position, and the kind."""
+    value = T.DoubleType() if value_type == "double" else T.LongType()
+    return T.StructType(
+        [
+            T.StructField("kind", T.StringType()),
+            T.StructField("sensor", T.IntegerType()),
+            T.StructField("ts", T.LongType()),
+            T.StructField("speed", value),
+            T.StructField("arrival", T.LongType()),
+            T.StructField(BATCH_TIME, T.LongType()),
+            T.StructField("seq", T.LongType()),
+        ]
+    )
+
+
 #: The parts of a stream run's output, each a directory of ``batch_id=N`` folders.
 PARTS = ("panes", "dead_letters", "trace")
 
@@ -71,6 +77,11 @@ class Source:
     path: Path
     files: list[Path]
     rows: int
+    value_type: str = "long"  # of the summed column: "long" or "double"
+
+    @property
+    def schema(self) -> T.StructType:
+        return source_schema(self.value_type)
 
 
 def write_source(
@@ -86,34 +97,35 @@ def write_source(
     number)`` sees each file's tuples before the file exists (the ingest's archive)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    frame = _source_rows(stream, query)
+    value_type = "double" if pd.api.types.is_float_dtype(stream[query.value]) else "long"
+    frame = _source_rows(stream, query, value_type)
     part = (frame[BATCH_TIME].to_numpy() - 1) // file_ms
     cuts = np.flatnonzero(np.diff(part)) + 1
     bounds = np.r_[0, cuts, len(frame)]
     files = []
     for number, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        rows = frame.iloc[a:b]
         if on_file is not None:
             on_file(stream.iloc[a:b], number)
+        schema = _arrow_schema(value_type)
+        table = pa.Table.from_pandas(frame.iloc[a:b], schema=schema, preserve_index=False)
         if b == len(frame):
-            rows = pd.concat([rows, _end_row(rows)], ignore_index=True)
+            table = pa.concat_tables([table, _end_row(table, schema)])
         target = path / f"part-{number:06d}.parquet"
-        table = pa.Table.from_pandas(rows, schema=_arrow_schema(), preserve_index=False)
         pq.write_table(table, f"{target}.tmp")
         os.replace(f"{target}.tmp", target)
         # The file source picks files up by modification time: keep arrival order.
         os.utime(target, (1_000_000_000 + number, 1_000_000_000 + number))
         files.append(target)
-    return Source(path, files, len(frame))
+    return Source(path, files, len(frame), value_type)
 
 
-def _source_rows(stream: pd.DataFrame, query: Query) -> pd.DataFrame:
+def _source_rows(stream: pd.DataFrame, query: Query, value_type: str) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "kind": "data",
             "sensor": stream[query.key].to_numpy().astype(np.int32),
             "ts": stream[query.event_time].to_numpy(np.int64),
-            "speed": stream[query.value].to_numpy(np.int64),
+            "speed": stream[query.value].to_numpy(_NUMPY[value_type]),
             "arrival": stream["arrival"].to_numpy(np.int64),
             BATCH_TIME: stream[BATCH_TIME].to_numpy(np.int64),
             "seq": np.arange(len(stream), dtype=np.int64),
@@ -121,25 +133,21 @@ def _source_rows(stream: pd.DataFrame, query: Query) -> pd.DataFrame:
     )
 
 
-def _end_row(rows: pd.DataFrame) -> pd.DataFrame:
+def _end_row(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """The control row that ends the input, at the last batch time."""
-    last = int(rows[BATCH_TIME].max())
-    return pd.DataFrame(
-        {
-            "kind": ["end"],
-            "sensor": pd.array([None], dtype="Int32"),
-            "ts": pd.array([None], dtype="Int64"),
-            "speed": pd.array([None], dtype="Int64"),
-            "arrival": [last],
-            BATCH_TIME: [last],
-            "seq": [int(rows["seq"].max()) + 1],
-        }
-    )
+    last = pc.max(rows[BATCH_TIME]).as_py()
+    row = {"kind": "end", "arrival": last, BATCH_TIME: last, "seq": pc.max(rows["seq"]).as_py() + 1}
+    return pa.Table.from_pylist([row], schema=schema)
 
 
-def _arrow_schema() -> pa.Schema:
-    types = {"kind": pa.string(), "sensor": pa.int32()}
-    return pa.schema([(f.name, types.get(f.name, pa.int64())) for f in SOURCE_SCHEMA.fields])
+_NUMPY = {"long": np.int64, "double": np.float64}
+
+
+def _arrow_schema(value_type: str) -> pa.Schema:
+    value = pa.float64() if value_type == "double" else pa.int64()
+    types = {"kind": pa.string(), "sensor": pa.int32(), "speed": value}
+    fields = source_schema(value_type).fields
+    return pa.schema([(f.name, types.get(f.name, pa.int64())) for f in fields])
 
 
 def stream_query(
@@ -154,7 +162,7 @@ def stream_query(
     """The stream module over ``source`` on the Spark streaming runner: the query's
     plan with the K-slack ``strategy``, ``shards`` state shards."""
     df = (
-        spark.readStream.schema(SOURCE_SCHEMA)
+        spark.readStream.schema(source.schema)
         .option("maxFilesPerTrigger", files_per_trigger)
         .parquet(str(source.path))
     )
@@ -247,7 +255,7 @@ class StreamOutput:
 
     def __init__(self, directory: str | os.PathLike, query: Query) -> None:
         self.dir, self.query = Path(directory), query
-        self.parts = {name: _ParquetBatches(self.dir / name) for name in PARTS}
+        self.parts = {name: parquet_sink(self.dir / name) for name in PARTS}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchOutput:
         out = split(batch, self.query)
@@ -341,7 +349,7 @@ def exact_panes(df: DataFrame, query: Query) -> pd.DataFrame:
 
 def source_tuples(spark: SparkSession, source: Source) -> DataFrame:
     """The data rows of a file source, as a bounded DataFrame."""
-    return spark.read.schema(SOURCE_SCHEMA).parquet(str(source.path)).where(F.col("kind") == "data")
+    return spark.read.schema(source.schema).parquet(str(source.path)).where(F.col("kind") == "data")
 
 
 class SparkRecompute:

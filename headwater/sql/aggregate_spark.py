@@ -5,10 +5,16 @@ the replay source) is pre-projected with Spark SQL expressions
 (:class:`~headwater.sql.aggregate.Projection`: the GROUP BY key, the WHERE
 flag, the aggregates' arguments), then runs the model's windowed plan with real
 combiners on the streaming runner (combiner lifting where valid), with the
-query's :class:`~headwater.sql.aggregate.AggregateMaintainer` as the pane
+query's :class:`~headwater.sql.aggregate_maintain.AggregateMaintainer` as the pane
 transform of every shard: each shard turns the panes of a micro-batch into
 changelog rows with one DuckDB query and keeps its groups' last results (only
 those of windows the model still holds) in Spark's state store.
+
+With combiner lifting (``lift="auto"``: where the runner finds it valid; never
+under a trigger that counts elements, such as the default ``EMIT`` or ``AFTER
+WATERMARK``'s late firings), a dead letter is one partial aggregate of
+``elements`` dropped rows; the SQL dead letters repeat it that many times, with
+the partial's earliest event time.
 """
 
 from __future__ import annotations

@@ -29,9 +29,11 @@ from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.windows import FixedWindows
+from headwater.sql.aggregate import AggregatePlan, try_compile
+from headwater.sql.aggregate_shape import enabled
 from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
 from headwater.sql.changelog import GROUP_COLUMNS, table_view
-from headwater.sql.errors import SqlError
+from headwater.sql.errors import SqlError, position
 from headwater.sql.maintain import EVENT_TIME, KEY, SOURCE, GroupMaintainer, StreamLayout
 from headwater.sql.planner import QueryPlan
 from headwater.sql.translate import to_engine_sql
@@ -68,16 +70,43 @@ _UNKNOWN_COLUMN = re.compile(
 )
 
 
+#: DuckDB's unknown function (``Scalar Function with name foo does not exist!``) and
+#: the name it suggests (``Did you mean "floor"?``, on the next line).
+_UNKNOWN_FUNCTION = re.compile(r'Function with name "?(?P<name>[^"\s!]+)"? does not exist')
+_SUGGESTION = re.compile(r'Did you mean "(?P<name>[^"]+)"')
+
+
+def _unknown_function(message: str, plan: QueryPlan) -> SqlError | None:
+    """DuckDB's unknown function as a SqlError at the first call of it, with
+    DuckDB's suggestion in the hint (None: ``message`` is another error)."""
+    found = _UNKNOWN_FUNCTION.search(message)
+    if found is None:
+        return None
+    name = found["name"].lower()
+    spellings = (
+        (f, f.name if isinstance(f, exp.Anonymous) else f.sql_name())
+        for f in plan.query.find_all(exp.Func)
+    )
+    calls = [(position(f), spelled) for f, spelled in spellings if spelled.lower() == name]
+    placed = sorted(c for c in calls if c[0][0] is not None)
+    (line, col), spelled = placed[0] if placed else ((None, None), found["name"])
+    suggestion = _SUGGESTION.search(message)
+    hint = f"Did you mean {suggestion['name'].upper()}? " if suggestion else ""
+    hint += "Queries call DuckDB's SQL functions (translated to Spark SQL on Spark)"
+    return SqlError(f"unknown function {spelled!r}", line, col, hint)
+
+
 def _in_grouped_select(column: exp.Column) -> bool:
     select = column.find_ancestor(exp.Select)
     return select is not None and select.args.get("group") is not None
 
 
 def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
-    """A DuckDB binder error as a SqlError at the column it names; an unknown
-    column's message lists the columns there are."""
-    from headwater.sql.errors import position
-
+    """A DuckDB binder error as a SqlError at the column or function it names; an
+    unknown column's message lists the columns there are."""
+    function = _unknown_function(str(exc), plan)
+    if function is not None:
+        return function
     text = str(exc).split("\n")[0]
     text = text.split(": ", 1)[1] if text.startswith("query ") else text
     unknown = _UNKNOWN_COLUMN.search(text)
@@ -143,12 +172,10 @@ class SqlPlan:
 def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
     """The query's streaming plan. A plain windowed aggregate compiles to the fast
     path (:mod:`headwater.sql.aggregate`: combiners, one projection per step)
-    unless ``fast`` is False (default: on, off within ``aggregate.general_path()``)."""
-    from headwater.sql import aggregate
-
-    if aggregate.enabled() if fast is None else fast:
-        fast_plan = aggregate.try_compile(plan)
-        if fast_plan is not None:
+    unless ``fast`` is False (default: on, off within ``general_path()``)."""
+    if enabled() if fast is None else fast:
+        fast_plan = try_compile(plan)
+        if isinstance(fast_plan, AggregatePlan):
             return fast_plan  # type: ignore[return-value]
     layouts = []
     for i, table in enumerate(plan.streams):

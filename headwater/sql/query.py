@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from sqlglot import exp
 
+from headwater.sql.aggregate import describe_path
 from headwater.sql.catalog import Catalog, Table
 from headwater.sql.dialect import Headwater, parse_query
 from headwater.sql.errors import SqlError, position
@@ -98,7 +99,8 @@ class SqlQuery:
         return self.run(as_of).dead_letters
 
     def explain(self) -> str:
-        """How the query runs: its tables, event-time groups and EMIT trigger."""
+        """How the query runs: its tables, event-time groups, EMIT trigger and
+        path (the windowed-aggregate fast path, or the general path and why)."""
         plan = self.plan
         lines = [f"query {plan.name}: {plan.query.sql(dialect=Headwater)}"]
         for t in plan.streams:
@@ -110,6 +112,7 @@ class SqlQuery:
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
+            lines.append(f"  runs on: {describe_path(plan)}")
         return "\n".join(lines)
 
 

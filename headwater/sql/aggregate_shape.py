@@ -1,0 +1,232 @@
+"""Which queries the windowed-aggregate fast path runs (:mod:`headwater.sql.aggregate`).
+
+A query is a plain windowed aggregate over one stream when it is a single
+SELECT from the stream or one windowing TVF over it, grouped by the window
+bounds (or the raw event-time column) and plain columns, with only ``COUNT``,
+``SUM``, ``MIN``, ``MAX``, ``AVG`` (and ``COUNT(DISTINCT x)``) as aggregates.
+:func:`analyze_shape` returns its :class:`Shape` or a sentence saying why not,
+so that ``explain()`` and tests can tell a user which path a query takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from headwater.sql.catalog import Table
+from headwater.sql.dialect import WindowTVF
+from headwater.sql.planner import QueryPlan
+from headwater.sql.translate import window_names
+
+_ENABLED = [True]
+
+#: The aggregates the fast path has combiners for.
+AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+
+
+@contextlib.contextmanager
+def general_path() -> Iterator[None]:
+    """Within this block every query compiles to the general path (tests compare)."""
+    _ENABLED.append(False)
+    try:
+        yield
+    finally:
+        _ENABLED.pop()
+
+
+def enabled() -> bool:
+    """Whether queries may take the fast path (not within :func:`general_path`)."""
+    return _ENABLED[-1]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A query the fast path runs: its stream, windows, clauses and aggregates."""
+
+    stream: Table
+    tvf: WindowTVF | None
+    #: window column name -> "start" | "end" | "time"
+    windows: dict[str, str]
+    #: the plain GROUP BY columns (the stream's own names), in GROUP BY order
+    group: tuple[str, ...]
+    where: exp.Expression | None
+    items: tuple[exp.Expression, ...]
+    having: exp.Expression | None
+
+
+def bare(node: exp.Expression) -> exp.Expression:
+    """A copy of ``node`` with table qualifiers dropped (one table: no ambiguity)."""
+    node = node.copy()
+    for column in list(node.find_all(exp.Column)):
+        column.set("table", None)
+        column.set("db", None)
+        column.set("catalog", None)
+    return node
+
+
+def why_not(plan: QueryPlan) -> str | None:
+    """Why the fast path cannot run ``plan`` (None: it can)."""
+    shape = analyze_shape(plan)
+    return shape if isinstance(shape, str) else None
+
+
+def analyze_shape(plan: QueryPlan) -> Shape | str:
+    """The query's :class:`Shape`, or a sentence saying why it is not a plain
+    windowed aggregate over one stream."""
+    query = plan.group_query
+    if not plan.is_stream:
+        return "it reads no stream"
+    if len(plan.streams) != 1 or plan.tables:
+        return "it reads more than one table"
+    if not isinstance(query, exp.Select):
+        return "it is not a single SELECT"
+    for arg in ("with_", "joins", "laterals", "distinct", "qualify", "windows", "pivots"):
+        if query.args.get(arg):
+            return f"it has {arg.rstrip('_').upper()}"
+    stream = plan.streams[0]
+    source = query.args.get("from_")
+    source = source.this if source is not None else None
+    tvf = source if isinstance(source, WindowTVF) else None
+    table = tvf.this if tvf is not None else source
+    if not isinstance(table, exp.Table) or table.name.lower() != stream.name.lower():
+        return "FROM is not the stream or one windowing table function over it"
+    if tvf is not None and tvf.args["kind"] == "SESSION":
+        return "session windows merge (the general path maintains them)"
+    group = query.args.get("group")
+    if group is None or not group.expressions:
+        return "it has no GROUP BY"
+    for node in query.find_all(exp.Subquery, exp.Exists, exp.Window, exp.Star):
+        if isinstance(node, exp.Star) and isinstance(node.parent, exp.Count):
+            continue
+        return f"it has {type(node).__name__.upper()}"
+    if any(s is not query for s in query.find_all(exp.Select)):
+        return "it has a subquery"
+    columns = {c.lower(): c for c in stream.columns}
+    windows: dict[str, str] = {}
+    if tvf is not None:
+        names = window_names(tvf)
+        windows = dict(zip(names, ("start", "end", "time"), strict=False))
+    lower_windows = {n.lower(): n for n in windows}
+    plain = _group_columns(group, columns, lower_windows, stream, tvf)
+    if isinstance(plain, str):
+        return plain
+    grouped = {p.lower() for p in plain} | set(lower_windows)
+
+    where = query.args.get("where")
+    where = where.this if where is not None else None
+    if where is not None:
+        if where.find(exp.AggFunc):
+            return "WHERE has an aggregate"
+        problem = _columns_problem(where, columns, lower_windows, None, "WHERE")
+        if problem:
+            return problem
+    aliases = {
+        e.alias.lower(): e.this for e in query.expressions if isinstance(e, exp.Alias) and e.alias
+    }
+    having = query.args.get("having")
+    having = having.this if having is not None else None
+    for part, what in [*((e, "SELECT") for e in query.expressions), (having, "HAVING")]:
+        if part is None:
+            continue
+        problem = _item_problem(part, columns, lower_windows, grouped, aliases, what)
+        if problem:
+            return problem
+    if having is not None:
+        having = _resolve_aliases(having, aliases, grouped)
+    return Shape(
+        stream=stream,
+        tvf=tvf,
+        windows=windows,
+        group=tuple(plain),
+        where=bare(where) if where is not None else None,
+        items=tuple(query.expressions),
+        having=bare(having) if having is not None else None,
+    )
+
+
+def _group_columns(group, columns, windows, stream: Table, tvf) -> list[str] | str:
+    """The plain GROUP BY columns (the stream's own names, in GROUP BY order), or
+    why the GROUP BY is not the fast path's: it must name a window bound (or,
+    without a TVF, the event-time column) and otherwise columns only."""
+    for arg in ("rollup", "cube", "grouping_sets", "totals"):
+        if group.args.get(arg):
+            return f"GROUP BY {arg.upper()}"
+    plain: list[str] = []
+    has_window = False
+    for item in group.expressions:
+        if not isinstance(item, exp.Column):
+            return "a GROUP BY item is not a column"
+        name = item.name.lower()
+        if name in windows:
+            has_window = True
+        elif name in columns:
+            if columns[name] not in plain:
+                plain.append(columns[name])
+        else:
+            return f"GROUP BY {item.name}: not a column of {stream.name}"
+    if tvf is not None and not has_window:
+        return "GROUP BY has no window bound"
+    if tvf is None and (stream.event_time or "").lower() not in {p.lower() for p in plain}:
+        return "GROUP BY has no event-time column"
+    return plain
+
+
+def _columns_problem(node, columns, windows, grouped, what) -> str | None:
+    """Columns of ``node`` (outside aggregates) that are unknown, a window bound
+    where rows are evaluated, or (``grouped`` given) not grouped."""
+    for column in node.find_all(exp.Column):
+        if column.find_ancestor(exp.AggFunc) is not None and grouped is not None:
+            continue
+        name = column.name.lower()
+        if grouped is None:
+            if name in windows:
+                return f"{what} reads the window bound {column.name}"
+            if name not in columns:
+                return f"{what} reads {column.name}, not a column of the stream"
+        elif name not in grouped:
+            return f"{what} reads {column.name}, which is not grouped"
+    return None
+
+
+def _item_problem(node, columns, windows, grouped, aliases, what) -> str | None:
+    for agg in node.find_all(exp.AggFunc):
+        if not isinstance(agg, AGGREGATES):
+            return f"{what} has the aggregate {agg.sql_name()}"
+        if isinstance(agg.parent, (exp.Filter, exp.IgnoreNulls, exp.RespectNulls)):
+            return f"{what} has an aggregate with a modifier"
+        if agg.find_ancestor(exp.AggFunc) is not None:
+            return f"{what} nests aggregates"
+        arg = agg.this
+        if isinstance(agg, exp.Count) and isinstance(arg, exp.Star):
+            continue
+        if isinstance(arg, exp.Distinct):
+            if not isinstance(agg, exp.Count) or len(arg.expressions) != 1:
+                return f"{what} has DISTINCT in an aggregate other than COUNT(DISTINCT x)"
+            arg = arg.expressions[0]
+        if arg is None or any(k != "this" and v for k, v in agg.args.items() if k != "big_int"):
+            return f"{what} has an aggregate with several arguments"
+        if arg.find(exp.AggFunc) is not None:
+            return f"{what} nests aggregates"
+        problem = _columns_problem(arg, columns, windows, None, f"an aggregate of {what}")
+        if problem:
+            return problem
+    body = node.this if isinstance(node, exp.Alias) else node
+    if what == "HAVING":
+        body = _resolve_aliases(body, aliases, grouped)
+    return _columns_problem(body, columns, windows, grouped, what)
+
+
+def _resolve_aliases(node: exp.Expression, aliases, grouped) -> exp.Expression:
+    """HAVING may name a select item by its alias (DuckDB allows it)."""
+    node = node.copy()
+    for column in list(node.find_all(exp.Column)):
+        name = column.name.lower()
+        if name not in grouped and name in aliases and column.find_ancestor(exp.AggFunc) is None:
+            replacement = aliases[name].copy()
+            if column is node:
+                return replacement
+            column.replace(replacement)
+    return node
