@@ -18,7 +18,8 @@ export PYSPARK_PYTHON="$root/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$root/.venv/bin/python"
 
 set +e
-"$root/.venv/bin/python" -m pytest -q "$@"
+# --durations: the slowest tests, to keep the suite within its time budget.
+"$root/.venv/bin/python" -m pytest -q --durations=25 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
