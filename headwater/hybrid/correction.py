@@ -3,7 +3,8 @@
 Every raw tuple is archived as it arrives (:class:`Archive`: Parquet, one
 directory per event-time bucket, so a time range reads few files). The stream
 module's dead letters are the register of extremely late tuples; when they
-span more than Gamma in event time (:func:`correction_points`), the
+span more than Gamma in event time
+(:func:`headwater.model.correction.correction_points`), the
 :class:`Corrector` recomputes every affected window exactly from the archive
 with the query's bounded plan and applies the result: the changelog gets a
 retraction of the window's current row plus the new value, and the
@@ -96,24 +97,6 @@ def read_archive(
     if until is not None:
         keep &= frame[BATCH_TIME] <= until
     return frame[keep]
-
-
-def correction_points(arrival: np.ndarray, event_time: np.ndarray, gamma: int) -> list[int]:
-    """Processing times at which the registered late tuples (in arrival order) first
-    span more than ``gamma`` ms of event time since the last correction."""
-    points: list[int] = []
-    if not len(arrival):
-        return points
-    times, starts = np.unique(arrival, return_index=True)
-    lows = np.minimum.reduceat(event_time, starts)
-    highs = np.maximum.reduceat(event_time, starts)
-    lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    for t, low, high in zip(times, lows, highs, strict=True):
-        lo, hi = min(lo, low), max(hi, high)
-        if hi - lo > gamma:
-            points.append(int(t))
-            lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    return points
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from headwater.hybrid.correction import (
     Corrector,
     Recompute,
     applied_corrections,
-    correction_points,
     recompute_locally,
     stream_batch_id,
 )
 from headwater.hybrid.pipeline import BATCH_TIME, Query, ShardRun, run_shard, shard_of
 from headwater.io.sinks import ChangelogSink, CurrentResultsSink
+from headwater.model.correction import correction_points
 from headwater.model.schema import PANE_COLUMNS
 from headwater.model.slack import SlackStrategy
 

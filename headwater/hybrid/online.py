@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headwater.hybrid.correction import correction_points
 from headwater.hybrid.hpm import AppliedCorrection, BatchModule, in_chunk
+from headwater.model.correction import correction_points
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from headwater.sql.errors import SqlError
 
-__all__ = ["SqlError", "SqlQuery", "read_replay", "sql"]
+__all__ = ["Corrections", "QualityWatermark", "SqlError", "SqlQuery", "read_replay", "sql"]
 
 
 def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query", runner="local"):
@@ -39,6 +39,14 @@ def __getattr__(name: str) -> Any:
         from headwater.sql.replay import read_replay
 
         return read_replay
+    if name == "QualityWatermark":
+        from headwater.sql.hybrid import QualityWatermark
+
+        return QualityWatermark
+    if name == "Corrections":
+        from headwater.sql.catalog import Corrections
+
+        return Corrections
     raise AttributeError(f"module 'headwater.sql' has no attribute {name!r}")
 
 

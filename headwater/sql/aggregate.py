@@ -42,6 +42,9 @@ The transform's state is each group's last result row and next ``ver``; a
 runner calls its ``expire`` with the watermark, so groups of windows the model
 has collected (end + allowed lateness <= watermark) are forgotten and the
 state stays the size of the live windows.
+
+Dead letters have the general path's columns; of a dropped row's own columns,
+only the GROUP BY columns and the event time have values (:func:`dead_letters`).
 """
 
 from __future__ import annotations
@@ -392,8 +395,13 @@ def _as_dropped(rows: pd.DataFrame, reason: str) -> pd.DataFrame:
 def dead_letters(sql: AggregatePlan, dropped: pd.DataFrame) -> pd.DataFrame:
     """Dead letters of the fast path from the model's dropped frame (columns
     ``key``, ``timestamp``, ``window_start``, ``window_end``, ``reason``; a
-    lifted drop on Spark also ``elements``): query, table, reason, window, the
-    GROUP BY columns and the event time."""
+    lifted drop on Spark also ``elements``), with the general path's columns
+    in its order (:func:`headwater.sql.local.dead_letters`): query, table,
+    reason, window, then every column of the stream.
+
+    Only the GROUP BY columns and the event time carry the dropped row's
+    values; the stream's other columns are null: the model sees a row's key
+    and event time but not the row itself (a group's state is accumulators)."""
     table = sql.shape.stream
     n = len(dropped)
     if "elements" in dropped.columns and n:
@@ -410,18 +418,15 @@ def dead_letters(sql: AggregatePlan, dropped: pd.DataFrame) -> pd.DataFrame:
     for column in ("window_start", "window_end"):
         ms = pd.to_numeric(dropped[column], errors="coerce").to_numpy(np.float64)
         out[column] = pd.to_datetime(ms, unit="ms")
-    if sql.shape.group and n:
-        decoded = sql.maintainer.decode(dropped["key"].to_numpy())
-        for name, array in decoded.items():
-            out[name] = array.to_pandas()
-    elif sql.shape.group:
-        for name in sql.shape.group:
-            out[name] = pd.Series([], dtype=object)
-    et = table.event_time
-    if et not in out.columns:
-        ms = pd.to_numeric(dropped["timestamp"], errors="coerce").to_numpy(np.float64)
-        is_time = pa.types.is_timestamp(sql.schema.field(et).type)
-        out[et] = pd.to_datetime(ms, unit="ms") if is_time else ms
+    kept = sql.maintainer.decode(dropped["key"].to_numpy()) if sql.shape.group and n else {}
+    for f in sql.schema:
+        if f.name in kept:
+            out[f.name] = kept[f.name].to_pandas()
+        elif f.name == table.event_time:
+            ms = pd.to_numeric(dropped["timestamp"], errors="coerce").to_numpy(np.float64)
+            out[f.name] = pd.to_datetime(ms, unit="ms") if pa.types.is_timestamp(f.type) else ms
+        else:
+            out[f.name] = pa.nulls(n, f.type).to_pandas()
     return out
 
 

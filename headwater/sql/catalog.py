@@ -17,19 +17,34 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from headwater.model.slack import SlackStrategy, slack_trace
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
 from headwater.sql.errors import SqlError
 
 #: Column of a replayed table's rows: their processing time (epoch ms).
 PTIME = "__ptime"
+#: The default Gamma of corrections: the hybrid model's 5 seconds.
+GAMMA_MS = 5_000
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """Archive a stream's rows under ``archive`` (a directory per table) and correct
+    the dead letters of the queries that read it once they span more than
+    ``gamma`` ms of event time (:mod:`headwater.sql.correct`)."""
+
+    archive: str
+    gamma: int = GAMMA_MS
 
 
 @dataclass
 class Table:
     """One table of the catalog. ``frame`` holds local rows (a replay's with
     :data:`PTIME`); ``spark`` a Spark DataFrame; ``watermarks`` a replay's
-    watermark events (columns ``ptime``, ``watermark``, epoch ms)."""
+    watermark events (columns ``ptime``, ``watermark``, epoch ms);
+    ``correction``: archive the rows and correct the dead letters of a query
+    that reads the stream (:mod:`headwater.sql.correct`)."""
 
     name: str
     frame: pd.DataFrame | None = None
@@ -39,6 +54,7 @@ class Table:
     allowed_lateness: int = 0
     watermarks: pd.DataFrame | None = None
     types: dict[str, str] = field(default_factory=dict)
+    correction: Corrections | None = None
 
     @property
     def is_replay(self) -> bool:
@@ -115,8 +131,10 @@ def _arrow_type(column: pd.Series) -> pa.DataType:
 
 def watermark_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:
     """The table's watermark after each step (processing times ``ptimes``, sorted):
-    its replay's watermark events, or the largest event time so far minus the
-    declared delay."""
+    a K-slack strategy's, its replay's watermark events, or the largest event
+    time so far minus the declared delay."""
+    if isinstance(table.watermark, SlackStrategy) and table.frame is not None:
+        return _slack_after_steps(table, ptimes)
     out = np.full(len(ptimes), MIN_TIMESTAMP, dtype=np.int64)
     if table.watermarks is not None and len(table.watermarks):
         wm = table.watermarks.sort_values("ptime", kind="stable")
@@ -134,6 +152,30 @@ def watermark_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:
         valid = np.isfinite(top)
         out[valid] = top[valid].astype(np.int64) - table.watermark.delay
     return out
+
+
+def _slack_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:
+    """A K-slack watermark: the stream is one shard, each processing time a batch of
+    its rows in arrival order (as the local runner replays a frame); a step without
+    rows of this table keeps the watermark of the last one that had some."""
+    et = event_millis(table.frame[table.event_time])
+    arrival = table.frame[PTIME].to_numpy(np.int64)
+    order = np.argsort(arrival, kind="stable")
+    order = order[~np.isnan(et[order])]  # a NULL event time is a dead letter
+    times, starts = np.unique(arrival[order], return_index=True)
+    batches = np.split(np.arange(len(order)), starts[1:])
+    marks = slack_trace(table.watermark, et[order].astype(np.int64), batches).watermarks
+    idx = np.searchsorted(times, ptimes, side="right") - 1
+    return np.where(idx >= 0, marks[np.maximum(idx, 0)], MIN_TIMESTAMP)
+
+
+def as_replay(frame: pd.DataFrame, arrival_time: str) -> pd.DataFrame:
+    """``frame`` as a recorded stream: each row arrives at its ``arrival_time``
+    (a timestamp or epoch ms), which becomes its :data:`PTIME`."""
+    arrival = event_millis(frame[arrival_time])
+    if np.isnan(arrival).any():
+        raise SqlError(f"the arrival-time column {arrival_time!r} has nulls: every row arrives")
+    return frame.assign(**{PTIME: arrival.astype(np.int64)})
 
 
 def event_millis(column: pd.Series) -> np.ndarray:

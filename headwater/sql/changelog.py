@@ -77,6 +77,14 @@ class Materializer:
         change["ptime"] = ptime
         return self._versioned(change)
 
+    def expire(self, horizon: int) -> None:
+        """Forget the groups whose windows end at or before ``horizon``: the model
+        has collected them, so they never fire again."""
+        if self.last is not None and len(self.last):
+            self.last = self.last[self.last["__ge"].to_numpy(np.int64) > horizon]
+        if len(self.versions):
+            self.versions = self.versions[self.versions["__ge"].to_numpy(np.int64) > horizon]
+
     def _versioned(self, change: pd.DataFrame) -> pd.DataFrame:
         """Number the rows per group, continuing from the group's previous changes."""
         group = list(GROUP_COLUMNS)

@@ -193,7 +193,8 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
     text = to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode="group")
     tables = {t.name: t.local_frame() for t in plan.tables}
     try:
-        maintainer = GroupMaintainer(text, tuple(layouts), tables, plan.name)
+        retention = plan.allowed_lateness + plan.emit.retention()
+        maintainer = GroupMaintainer(text, tuple(layouts), tables, plan.name, retention)
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
@@ -232,7 +233,8 @@ def group_keys(frame: pd.DataFrame, plan: QueryPlan, event_ms: np.ndarray) -> np
     windows the window's start, so that windows spread over the runner's state
     shards (a row is in one window); else one key."""
     if plan.keys:
-        return frame[list(plan.keys)].astype(str).agg("|".join, axis=1).to_numpy(object)
+        first, *rest = (frame[k].astype(str) for k in plan.keys)
+        return (first.str.cat(rest, sep="|") if rest else first).to_numpy(object)
     fn = plan.window_fn
     if isinstance(fn, FixedWindows):
         ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
@@ -249,13 +251,21 @@ def is_keyed(plan: QueryPlan) -> bool:
 
 
 def run_stream(plan: QueryPlan, as_of: int | None = None) -> SqlRun:
-    """Replay the query's streams up to processing time ``as_of`` (all when None)."""
+    """Replay the query's streams up to processing time ``as_of`` (all when None).
+    Corrections from an archive, when a stream asks for them, are applied on top
+    of this run (:func:`headwater.sql.correct.correct`)."""
     for table in plan.streams:
         if not table.is_replay:
             raise SqlError(f"table {table.name!r} is a Spark stream: run it with runner='spark'")
     sql = compile_sql(plan)
     if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
         return SqlRun(*sql.run_local(steps_of, as_of))
+    return _replay(sql, as_of)
+
+
+def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
+    """The general path, step by step."""
+    plan = sql.query
     rows = union_rows(sql)
     ptimes, marks = steps_of(plan, rows, as_of)
     reducer = Reducer(sql.strategy, sql.aggregations)
@@ -282,6 +292,7 @@ def run_stream(plan: QueryPlan, as_of: int | None = None) -> SqlRun:
         if len(emission.dropped):
             letters.append(dead_letters(emission.dropped, emission.dropped["reason"], sql))
         changes.append(sql.maintainer.apply(emission.panes, int(ptime), state))
+        sql.maintainer.expire(state, reducer.watermark)
     full = [c for c in changes if len(c)]
     changelog = (
         pd.concat(full, ignore_index=True)
@@ -308,7 +319,10 @@ def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):
 
 
 def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
-    """Dead letters of a query: the query, the table, why, the window, the row."""
+    """Dead letters of a query: the query, the table, why, the window, then the
+    row's columns (those of every stream when none was dropped, so that the
+    columns are the same as with rows; the fast path's are these too:
+    :func:`headwater.sql.aggregate.dead_letters`)."""
     parts = []
     source = rows[SOURCE].to_numpy(np.int64) if len(rows) else np.zeros(0, np.int64)
     reasons = np.broadcast_to(np.asarray(reason, dtype=object), (len(rows),))
@@ -329,5 +343,7 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
             frame[column] = values
         parts.append(frame)
     if not parts:
-        return pd.DataFrame(columns=["query", "table", "reason", "window_start", "window_end"])
+        columns = ["query", "table", "reason", "window_start", "window_end"]
+        columns += list(dict.fromkeys(c for layout in sql.layouts for c in layout.columns))
+        return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)

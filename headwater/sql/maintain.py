@@ -7,7 +7,8 @@ fire, :class:`GroupMaintainer` recomputes their result rows with DuckDB
 (the query with its windowing TVFs bound to the group's window) and diffs
 them against what was materialized last (:class:`Materializer`), which yields
 the changelog. The same object runs inside the local runner and inside each
-shard of the Spark streaming runner, whose state store keeps its snapshot.
+shard of the Spark streaming runner, whose state store keeps its snapshot;
+``expire`` trims it to the windows the model still holds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.model.schema import Field
+from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
 from headwater.sql.changelog import GROUP_COLUMNS, Materializer
 from headwater.sql.errors import SqlError
@@ -74,11 +76,14 @@ class GroupMaintainer:
         streams: tuple[StreamLayout, ...],
         tables: dict[str, pd.DataFrame],
         name: str,
+        retention: int,
     ) -> None:
         self.text = text
         self.streams = streams
         self.tables = tables
         self.name = name
+        #: how long past its end the model keeps a window (allowed lateness + EMIT's)
+        self.retention = int(retention)
         self._con: duckdb.DuckDBPyConnection | None = None
         self.columns: list[str] = []
         self.types: dict[str, object] = {}
@@ -111,6 +116,12 @@ class GroupMaintainer:
 
     def snapshot(self, state: Materializer) -> bytes:
         return pickle.dumps((SNAPSHOT_VERSION, state.last, state.versions))
+
+    def expire(self, state: Materializer, watermark: int) -> None:
+        """Forget the groups the model collected (window end + retention <= watermark),
+        so that the state holds only the live windows' rows."""
+        if watermark > MIN_TIMESTAMP:
+            state.expire(int(watermark) - self.retention)
 
     def apply(self, panes: pd.DataFrame, now: int, state: Materializer) -> pd.DataFrame:
         """The changelog of the groups that fired in one step (their last pane

@@ -22,6 +22,7 @@ from headwater.sql.catalog import Catalog, Table
 from headwater.sql.dialect import WindowTVF, position
 from headwater.sql.emit import Materialization
 from headwater.sql.errors import SqlError
+from headwater.sql.hybrid import resolve_watermarks
 
 #: Names of the window columns the TVFs add (the paper's, then Flink's).
 WINDOW_COLUMNS = frozenset({"wstart", "wend", "window_start", "window_end", "window_time"})
@@ -97,6 +98,8 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
         _check_groupings(query, streams)
         _check_session_keys(query, windowing[1])
         _check_raw_streams(query, streams, bool(tvfs))
+        at = tvfs[0] if tvfs else query
+        streams = resolve_watermarks(query, streams, windowing[0] if tvfs else None, at)
     group_query, order = _split_order(query, emit, bool(streams))
     return QueryPlan(
         name=name,
@@ -208,14 +211,37 @@ def _bounds(query: exp.Expression, ref: exp.Table, column: str) -> set[str]:
     for cmp in query.find_all(*_LOWER, *_UPPER, exp.Between):
         if isinstance(cmp, exp.Between):
             if is_event_time(cmp.this) and has_window(cmp):
+                _refuse_inclusive_end(cmp, cmp.args.get("high"), name, column)
                 found |= {"lower", "upper"}
             continue
         left, right = cmp.this, cmp.expression
         for side, other, flip in ((left, right, False), (right, left, True)):
             if is_event_time(side) and has_window(other):
                 lower = isinstance(cmp, _LOWER) != flip
+                if not lower and isinstance(cmp, (exp.LTE, exp.GTE)):
+                    _refuse_inclusive_end(cmp, other, name, column)
                 found.add("lower" if lower else "upper")
     return found
+
+
+#: A window's exclusive end: it holds event times in [wstart, wend).
+_ENDS = frozenset({"wend", "window_end"})
+
+
+def _refuse_inclusive_end(cmp: exp.Expression, bound, alias: str, column: str) -> None:
+    """``et <= wend`` (or ``BETWEEN ... AND wend``) takes in the row at ``wend``,
+    which belongs to the next window: a stream, maintained per window, would never
+    show it where a bounded run of the same query does."""
+    if isinstance(bound, exp.Column) and bound.name in _ENDS:
+        line, col = position(cmp)
+        raise SqlError(
+            f"{alias}.{column} <= {bound.sql()} takes in a row at {bound.sql()}, which is "
+            "in the next window (a window holds [wstart, wend)): maintained per window, "
+            "the stream would never show it, while a bounded run would",
+            line,
+            col,
+            f"Write {alias}.{column} < {bound.sql()} (or <= window_time)",
+        )
 
 
 def _check_raw_streams(query: exp.Expression, streams: tuple[Table, ...], windowed: bool) -> None:

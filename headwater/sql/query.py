@@ -9,7 +9,8 @@ import pandas as pd
 from sqlglot import exp
 
 from headwater.sql.aggregate import describe_path
-from headwater.sql.catalog import Catalog, Table
+from headwater.sql.catalog import Catalog, Table, as_replay
+from headwater.sql.correct import correct
 from headwater.sql.dialect import Headwater, parse_query
 from headwater.sql.errors import SqlError, position
 from headwater.sql.local import SqlRun, run_bounded, run_stream, validate
@@ -19,7 +20,8 @@ from headwater.sql.planner import QueryPlan, analyze
 def as_table(name: str, value: Any) -> Table:
     """A catalog table from what users pass: a :class:`Table` (a replay), a pandas
     DataFrame (bounded), a Spark DataFrame, or an ``hw.from_pandas`` /
-    ``hw.from_spark`` source that names its event time and watermark."""
+    ``hw.from_spark`` source that names its event time and watermark (with an
+    ``arrival_time``, ``hw.from_pandas`` is a stream)."""
     if isinstance(value, Table):
         return value
     if isinstance(value, pd.DataFrame):
@@ -29,6 +31,8 @@ def as_table(name: str, value: Any) -> Table:
         frame = value.df if isinstance(value.df, pd.DataFrame) else None
         spark = None if frame is not None else value.df
         wm = getattr(value, "resolved_watermark", lambda: None)()
+        if frame is not None and getattr(value, "arrival_time", None) is not None:
+            frame = as_replay(frame, value.arrival_time)  # a stream, replayed by arrival
         return Table(name=name, frame=frame, spark=spark, event_time=source, watermark=wm)
     if hasattr(value, "sparkSession") and hasattr(value, "columns"):
         return Table(name=name, spark=value)
@@ -56,7 +60,10 @@ class SqlQuery:
     def run(self, as_of: int | None = None) -> SqlRun:
         """The streaming run up to processing time ``as_of`` (epoch ms)."""
         if as_of not in self._runs:
-            self._runs[as_of] = run_stream(self.plan, as_of)
+            run = run_stream(self.plan, as_of)
+            if any(t.correction is not None for t in self.plan.streams):
+                run = correct(self.plan, run, as_of)
+            self._runs[as_of] = run
         return self._runs[as_of]
 
     def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:

@@ -4,7 +4,10 @@ Sources (a table with ``WATERMARK FOR``, or ``'format'`` = parquet / csv / json
 / replay with a ``'path'``): ``replay`` is a recorded stream (JSON lines of
 rows and watermarks); parquet, csv and json are files, read here as they are
 (the Spark runner reads a directory as a stream: ``headwater.sql.spark``).
-``'allowed_lateness'`` sets a source's allowed lateness (``'5 minutes'``).
+``'allowed_lateness'`` sets a source's allowed lateness (``'5 minutes'``);
+``'watermark'`` (and ``'slack'``, ``'quality.*'``) its watermark strategy
+(:mod:`headwater.sql.hybrid`); ``'correction.archive'`` (and
+``'correction.gamma'``) corrections of its dead letters (:mod:`headwater.sql.correct`).
 Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
 ``table`` (the current rows in DuckDB or PostgreSQL, ``'table'`` naming it).
 """
@@ -21,8 +24,10 @@ from headwater.io.sinks.relation import RelationSink
 from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql.catalog import Table
+from headwater.sql.correct import corrections_option
 from headwater.sql.ddl import SourceDef
 from headwater.sql.errors import SqlError
+from headwater.sql.hybrid import watermark_option
 from headwater.sql.replay import read_replay
 
 SINK_FORMATS = ("changelog", "table")
@@ -40,7 +45,17 @@ def _files(path: str) -> list[str]:
 
 
 def local_source(d: SourceDef) -> Table:
-    """A source of a script as the local runner reads it."""
+    """A source of a script as the local runner reads it, with its watermark and
+    correction options."""
+    table = _local_table(d)
+    strategy = watermark_option(d)
+    if strategy is not None:
+        table.watermark = strategy
+    table.correction = corrections_option(d)
+    return table
+
+
+def _local_table(d: SourceDef) -> Table:
     fmt, path = d.options.get("format", "").lower(), d.options.get("path")
     if path is None:
         raise SqlError(f"table {d.name!r} has no 'path'", d.line, None, "Add WITH ('path' = ...)")

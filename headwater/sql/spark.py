@@ -28,6 +28,7 @@ from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.schema import DropReason
+from headwater.model.slack import SlackStrategy
 from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.model.windows import FixedWindows
@@ -137,6 +138,7 @@ class SparkSqlQuery(SqlQuery):
         return self._runs[as_of]
 
     def _replay(self, as_of: int | None) -> SqlRun:
+        _refuse_corrections(self.plan.streams)
         sql = compile_sql(self.plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
             from headwater.sql.aggregate_spark import run_replay
@@ -206,6 +208,17 @@ class SparkSqlQuery(SqlQuery):
         :func:`~headwater.io.sinks.parquet_sink`)."""
         from pyspark.sql import functions as F
 
+        _refuse_corrections(self.plan.streams)
+        for table in self.plan.streams:
+            if isinstance(table.watermark, SlackStrategy):
+                raise SqlError(
+                    f"the Spark stream {table.name!r} has a {table.watermark.describe()} "
+                    "watermark ('watermark' option): the Spark SQL runner takes a bounded "
+                    "out-of-orderness only",
+                    hint="Declare WATERMARK FOR ts AS ts - INTERVAL ... without 'watermark', run "
+                    "the script on the local runner, or use the Python API (run_streaming("
+                    "..., watermark=QualityDriven(...)), docs/hybrid.md)",
+                )
         sql = compile_sql(self.plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
             from headwater.sql import aggregate_spark
@@ -309,6 +322,17 @@ def spark_source(d, options: Mapping[str, Any]) -> Table:
     fmt, path = d.options.get("format", "").lower(), d.options.get("path", "")
     if fmt == "replay" or not os.path.isdir(path):
         return local_source(d)
+    hybrid = [k for k in d.options if k in ("watermark", "slack") or k.startswith(_HYBRID)]
+    if hybrid:
+        raise SqlError(
+            f"table {d.name!r}: option {sorted(hybrid)[0]!r} is not supported on a Spark file "
+            "stream (its watermark is the bounded out-of-orderness of WATERMARK FOR)",
+            d.line,
+            None,
+            "Run the script on the local runner over a replay, or use the Python API "
+            "(run_streaming(..., watermark=QualityDriven(...)) and headwater.hybrid, "
+            "docs/hybrid.md)",
+        )
     spark = options.get("spark") or spark_session()
     reader = spark.readStream.schema(_ddl(d.columns)).format(fmt)
     if fmt == "csv":
@@ -324,6 +348,23 @@ def spark_source(d, options: Mapping[str, Any]) -> Table:
         allowed_lateness=to_millis(d.options.get("allowed_lateness")),
         types=dict(d.columns),
     )
+
+
+#: Option prefixes of the hybrid model (:mod:`headwater.sql.hybrid`, :mod:`headwater.sql.correct`).
+_HYBRID = ("quality.", "correction.")
+
+
+def _refuse_corrections(streams: tuple[Table, ...]) -> None:
+    """Corrections from an archive run on the local runner only."""
+    for table in streams:
+        if table.correction is not None:
+            raise SqlError(
+                f"stream {table.name!r} asks for corrections ('correction.archive'), which "
+                "the Spark SQL runner does not make",
+                hint="Run the query on the local runner, or drop 'correction.archive' (on "
+                "Spark, HPM's corrections are the Python API of headwater.hybrid, "
+                "docs/hybrid.md)",
+            )
 
 
 def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:

@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headwater.hybrid.correction import Archive, correction_batch_id, correction_points
+from headwater.hybrid.correction import Archive, correction_batch_id
 from headwater.hybrid.generator import PROFILES, generate
 from headwater.hybrid.hpm import apply_corrections, results_sink, run_stream
 from headwater.hybrid.pipeline import Query, estimate_requirement, quality_driven, with_batches
 from headwater.io.sinks import ChangelogSink, CurrentResultsSink
+from headwater.model.correction import correction_points
 from headwater.runners.local import run_frame
 
 Q = Query()

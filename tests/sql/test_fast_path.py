@@ -1,4 +1,4 @@
-"""The fast path of windowed aggregates (headwater/sql/aggregate.py) against the
+"""The fast path of windowed aggregates (headwater/sql/aggregate*.py) against the
 general path, on recorded timelines with late data and NULLs, under every EMIT
 trigger; on the local runner, and (batched, few runs) on streaming Spark."""
 
@@ -13,8 +13,9 @@ import pytest
 
 import headwater as hw
 from headwater.model.combiners import CountDistinct
-from headwater.sql import aggregate, read_replay
-from headwater.sql.aggregate import AggregatePlan, general_path, why_not, with_keys
+from headwater.sql import read_replay
+from headwater.sql.aggregate import AggregatePlan, with_keys
+from headwater.sql.aggregate_shape import enabled, general_path, why_not
 from headwater.sql.local import SqlPlan, compile_sql, run_stream
 
 BASE = pd.Timestamp("2020-04-15T08:00:00")
@@ -127,9 +128,23 @@ def both_paths(table, text: str, keys: tuple[str, ...]):
     return run_stream(query.plan), general, query
 
 
-def assert_same_runs(fast, general, *, ver: bool = True) -> None:
+#: The columns of a dead letter before the row's own.
+LETTER = ["query", "table", "reason", "window_start", "window_end"]
+
+
+def assert_same_letters(fast, general, keys: tuple[str, ...]) -> None:
+    """The general path's columns in its order; the same rows on those the fast
+    path keeps (the GROUP BY columns and the event time), the others null."""
+    f, g = fast.dead_letters, general.dead_letters
+    assert list(f.columns) == list(g.columns) == [*LETTER, "bidtime", "price", "item"]
+    kept = [*LETTER, *keys, "bidtime"]
+    assert canon(f, kept) == canon(g, kept)
+    assert f.drop(columns=kept).isna().all().all()
+
+
+def assert_same_runs(fast, general, keys: tuple[str, ...]) -> None:
     assert fast.columns == general.columns
-    columns = [*fast.columns, "undo", "ptime", *(["ver"] if ver else [])]
+    columns = [*fast.columns, "undo", "ptime", "ver"]
     f, g = fast.changes(), general.changes()
     assert canon(f, columns) == canon(g, columns)
     # in the changelog's order: by ptime, withdrawals first
@@ -141,9 +156,7 @@ def assert_same_runs(fast, general, *, ver: bool = True) -> None:
             assert f[column].dtype == g[column].dtype, column
     for as_of in sorted(set(g["ptime"].astype(np.int64) // 1_000_000))[::3]:
         assert canon(fast.table(as_of)) == canon(general.table(as_of))
-    shared = [c for c in fast.dead_letters.columns if c in general.dead_letters.columns]
-    assert {"query", "table", "reason", "window_start", "bidtime"} <= set(shared)
-    assert canon(fast.dead_letters, shared) == canon(general.dead_letters, shared)
+    assert_same_letters(fast, general, keys)
 
 
 @pytest.mark.parametrize("emit", EMITS)
@@ -152,7 +165,7 @@ def test_fast_path_equals_general_path(bids, name, emit):
     text, keys = QUERIES[name]
     for table in bids:
         fast, general, _ = both_paths(table, f"{text} {emit}", keys)
-        assert_same_runs(fast, general)
+        assert_same_runs(fast, general, keys)
 
 
 def test_late_rows_and_nulls_reach_the_dead_letters(bids):
@@ -160,6 +173,20 @@ def test_late_rows_and_nulls_reach_the_dead_letters(bids):
     reasons = set(fast.dead_letters["reason"])
     assert {"late", "null_event_time"} <= reasons
     assert len(fast.dead_letters) == len(general.dead_letters)
+    assert_same_letters(fast, general, ("item",))
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_no_dead_letters_have_the_same_columns_too(bids, name):
+    """Before any input (``as_of`` before the first step), both paths' empty dead
+    letters have the columns they have with rows."""
+    text, keys = QUERIES[name]
+    query = hw.sql(f"{text} EMIT STREAM", {"Bid": bids[0]})
+    fast = run_stream(query.plan, as_of=0)
+    with general_path():
+        general = run_stream(with_keys(query.plan, keys), as_of=0)
+    assert len(fast.dead_letters) == len(general.dead_letters) == 0
+    assert_same_letters(fast, general, keys)
 
 
 def test_window_only_grouping_equals_the_unmodified_general_path(bids):
@@ -169,7 +196,7 @@ def test_window_only_grouping_equals_the_unmodified_general_path(bids):
     fast = query.run()
     with general_path():
         general = run_stream(query.plan)
-    assert_same_runs(fast, general)
+    assert_same_runs(fast, general, ())
 
 
 def test_table_view_with_order_and_limit(bids):
@@ -244,9 +271,42 @@ def test_general_path_switch(bids):
     assert isinstance(compile_sql(plan), AggregatePlan)
     assert isinstance(compile_sql(plan, fast=False), SqlPlan)
     with general_path():
-        assert not aggregate.enabled()
+        assert not enabled()
         assert isinstance(compile_sql(plan), SqlPlan)
-    assert aggregate.enabled()
+    assert enabled()
+
+
+#: (query, what ``explain()`` says of its path)
+EXPLAINED = {
+    "fast": (
+        f"SELECT wstart, wend, COUNT(*) AS n FROM {TUMBLE} GROUP BY wstart, wend EMIT STREAM",
+        "runs on: fast path (a windowed aggregate: combiners, one projection per step)",
+    ),
+    "session": (
+        "SELECT wstart, wend, COUNT(*) AS n FROM Session(data => TABLE(Bid), "
+        "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '3' MINUTE) GROUP BY wstart, wend",
+        "runs on: general path (incremental maintenance per event-time group), not the "
+        "fast path because session windows merge",
+    ),
+    "no group by": (f"SELECT * FROM {TUMBLE}", "not the fast path because it has no GROUP BY"),
+}
+
+
+@pytest.mark.parametrize("case", list(EXPLAINED))
+def test_explain_says_which_path(bids, case):
+    text, says = EXPLAINED[case]
+    query = hw.sql(text, {"Bid": bids[0]})
+    assert says in query.explain()
+    assert query.explain().count("runs on: ") == 1
+    with general_path():
+        off = query.explain()
+    assert "not the fast path because general_path() switched it off" in off
+
+
+def test_explain_of_a_bounded_query_names_no_path(bids):
+    text = EXPLAINED["fast"][0].replace(" EMIT STREAM", "")
+    bounded = bids[0].frame.drop(columns="__ptime")
+    assert "runs on" not in hw.sql(text, {"Bid": bounded}).explain()
 
 
 def test_count_distinct_combiner():
@@ -325,6 +385,17 @@ def test_spark_streaming_equals_local(spark, tmp_path):
         assert canon(remote.changes(), columns) == canon(local.changes(), columns), name
         shared = list(local.dead_letters.columns)
         assert canon(remote.dead_letters, shared) == canon(local.dead_letters, shared), name
+
+
+@pytest.mark.spark
+def test_spark_explain_says_the_same_path(spark, bids):
+    """Spark compiles the same plan: its ``explain()`` names the same path."""
+    from headwater.sql.spark import SparkSqlQuery
+
+    for text, says in EXPLAINED.values():
+        explained = SparkSqlQuery(text, {"Bid": bids[0]}, spark=spark).explain()
+        assert says in explained
+        assert explained == hw.sql(text, {"Bid": bids[0]}).explain()
 
 
 @pytest.mark.spark

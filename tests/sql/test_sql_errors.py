@@ -99,6 +99,40 @@ def test_unknown_column_on_spark(spark, table) -> None:
     assert_at(info.value, at(text, "colour"))
 
 
+#: A call of a function DuckDB does not have: (query, its name, DuckDB's suggestion)
+UNKNOWN_FUNCTIONS = {
+    "select": ("SELECT item,\n       FOO(price) AS f\nFROM Bid", "FOO", "FLOOR"),
+    "where": ("SELECT item\nFROM Bid\nWHERE lenght(item) > 1", "lenght", "LENGTH"),
+    "aggregate": (
+        f"SELECT wstart, wend,\n  SUMM(price) AS s\nFROM {TUMBLE}\nGROUP BY wstart, wend",
+        "SUMM",
+        "SUM",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["stream", "table"])
+@pytest.mark.parametrize("where", UNKNOWN_FUNCTIONS)
+def test_unknown_function(request, kind: str, where: str) -> None:
+    text, name, suggestion = UNKNOWN_FUNCTIONS[where]
+    err = error_of(text, request.getfixturevalue(kind))
+    assert_at(err, at(text, name))
+    assert err.message == f"unknown function {name!r}"
+    assert f"Did you mean {suggestion}?" in err.hint
+
+
+@pytest.mark.spark
+def test_unknown_function_on_spark(spark, stream, table) -> None:
+    """The validation is the runners' shared one: the same error on Spark."""
+    from headwater.sql.spark import SparkSqlQuery
+
+    text = UNKNOWN_FUNCTIONS["select"][0]
+    for tables in (stream, table):
+        with pytest.raises(SqlError) as info:
+            SparkSqlQuery(text, tables, spark=spark).to_pandas()
+        assert str(info.value) == str(error_of(text, tables))
+
+
 # ------------------------------------------------------------------ windowing TVFs
 
 

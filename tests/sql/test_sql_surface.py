@@ -17,7 +17,7 @@ import pytest
 from sql_helpers import assert_same_rows, changelog_order, result, rows, spark_runs
 from test_emit_modes import ASKS, BIDS, DAY, LATENESS, bounded_tables, tumble
 
-from headwater.sql import read_replay, sql
+from headwater.sql import SqlError, read_replay, sql
 
 BID, ASK = tumble("Bid", "bidtime"), tumble("Ask", "asktime")
 SAME_WINDOW = "A.wstart = B.wstart AND A.wend = B.wend"
@@ -113,3 +113,24 @@ def test_spark_equals_local(tables, spark_surface_runs, name: str) -> None:
     assert_same_rows(
         rows(spark_run.dead_letters[letters]), rows(local.dead_letters[letters]), ordered=False
     )
+
+
+@pytest.mark.parametrize(
+    "bound, at",
+    [
+        ("B.bidtime BETWEEN M.wstart AND M.wend", "B.bidtime BETWEEN"),
+        ("B.bidtime >= M.wstart AND B.bidtime <= M.wend", "B.bidtime <="),
+        ("B.bidtime >= M.wstart AND M.wend >= B.bidtime", "M.wend >="),
+    ],
+)
+def test_an_inclusive_window_end_is_refused(tables, bound: str, at: str) -> None:
+    """A row at ``wend`` is in the next window: per-window maintenance and a
+    bounded run would disagree about it, so the query is refused, with where."""
+    text = (
+        "SELECT M.wstart, B.price FROM Bid B, (SELECT MAX(price) AS hi, wstart, wend "
+        f"FROM {BID} GROUP BY wstart, wend) M WHERE B.price = M.hi AND {bound}"
+    )
+    with pytest.raises(SqlError) as raised:
+        sql(text, tables)
+    assert "M.wend" in raised.value.message and "< M.wend" in raised.value.hint
+    assert (raised.value.line, raised.value.col) == (1, text.index(at) + 1)
