@@ -251,7 +251,8 @@ class SparkSqlQuery(SqlQuery):
                 if sink is not None:
                     sink(changes(batch, fields).select(*columns), batch_id)
                 if dead_letter_sink is not None:
-                    dead_letter_sink(dead_letters(batch), batch_id)
+                    dropped = dead_letters(batch).toPandas()
+                    dead_letter_sink(_letters_frame(batch.sparkSession, sql, dropped), batch_id)
             finally:
                 batch.unpersist()
 
@@ -365,6 +366,31 @@ def _refuse_corrections(streams: tuple[Table, ...]) -> None:
                 "Spark, HPM's corrections are the Python API of headwater.hybrid, "
                 "docs/hybrid.md)",
             )
+
+
+def _letters_schema(sql: SqlPlan) -> pa.Schema:
+    """The columns of a query's dead letters (those of :func:`sql_dead_letters`,
+    every stream's columns whichever stream dropped rows), with their types."""
+    fields = [pa.field(name, pa.string()) for name in ("query", "table", "reason")]
+    fields += [pa.field(name, pa.timestamp("us")) for name in ("window_start", "window_end")]
+    types: dict[str, pa.DataType] = {}
+    for layout in sql.layouts:
+        for column, arrow_type in zip(layout.columns, layout.types, strict=True):
+            timestamp = column in layout.timestamps
+            types.setdefault(column, pa.timestamp("us") if timestamp else arrow_type)
+    return pa.schema([*fields, *(pa.field(c, t) for c, t in types.items())])
+
+
+def _letters_frame(spark, sql: SqlPlan, dropped: pd.DataFrame):
+    """A micro-batch's dead letters (the runner's rows in the union layout) in the
+    layout the local runner gives them, as a Spark DataFrame."""
+    reasons = dropped["reason"].to_numpy() if len(dropped) else []
+    frame = sql_dead_letters(
+        dropped if len(dropped) else pd.DataFrame(columns=[SOURCE]), reasons, sql
+    )
+    schema = _letters_schema(sql)
+    table = pa.Table.from_pandas(frame.reindex(columns=schema.names), schema, preserve_index=False)
+    return spark.createDataFrame(table)
 
 
 def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:

@@ -123,7 +123,12 @@ def test_crash_and_restart_give_the_uninterrupted_result(spark, tmp_path):
     _run(spark, bids, whole, fan_out(parquet_sink(str(whole / "log")), table))
     assert _final(table.read()) == FINAL
     dead = pd.read_parquet(whole / "dead")
-    assert list(dead["reason"]) == ["late"] and len(dead) == 1
+    # the local runner's layout: query, table, reason, window, the row's columns
+    columns = ["query", "table", "reason", "window_start", "window_end", "bidtime", "price", "item"]
+    assert list(dead.columns[: len(columns)]) == columns and len(dead) == 1
+    h = dead.iloc[0]
+    assert (h["query"], h["table"], h["reason"]) == ("query", "Bid", "late")
+    assert (str(h["bidtime"]), int(h["price"]), h["item"]) == ("2020-04-15 08:02:00", 9, "H")
 
     broken = tmp_path / "broken"
     table2 = RelationSink(str(broken / "results.duckdb"), table="winners")
