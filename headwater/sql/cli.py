@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from headwater.io.sinks import parquet_sink
 from headwater.model.time import to_millis
 from headwater.sql.errors import SqlError
 from headwater.sql.replay import millis, read_replay
@@ -44,7 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--as-of", help="processing time of the table view (ISO timestamp)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument(
-        "--dead-letters", metavar="FILE", help="write the input rows the query dropped (CSV)"
+        "--dead-letters",
+        metavar="PATH",
+        help="write the input rows the query dropped: a CSV file; with -f, a directory "
+        "(Parquet, one directory per query)",
     )
     p.add_argument("--runner", choices=("local", "spark"), default="local")
     p.add_argument(
@@ -133,8 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(args.file, encoding="utf-8") as fh:
                 text = fh.read()
             options = {"checkpoint": args.checkpoint, "follow": args.follow, "as_of": as_of}
-            for frame in run_script(text, _tables(args), runner=args.runner, **options):
+            letters = ScriptDeadLetters(args.dead_letters)
+            scripted = run_script(
+                text, _tables(args), runner=args.runner, dead_letters=letters, **options
+            )
+            for frame in scripted:
                 sys.stdout.write(render(frame, args.format))
+            letters.report()
             return 0
         if not args.query:
             raise SqlError("give a query, or a script with -f FILE")
@@ -149,6 +160,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+#: The reason counted for dead letters that a correction from an archive took in.
+CORRECTED = "corrected from the archive"
+
+
+def _counts(batch: Any) -> dict[str, int]:
+    """Dead letters per reason (and how many were corrected) of a pandas frame or
+    a Spark micro-batch."""
+    if not isinstance(batch, pd.DataFrame):  # corrections run on the local runner only
+        return {r: int(n) for r, n in batch.groupBy("reason").count().collect() if n}
+    counts = {str(r): int(n) for r, n in batch["reason"].value_counts().items() if n}
+    if "corrected" in batch.columns and batch["corrected"].any():
+        counts[CORRECTED] = int(batch["corrected"].sum())
+    return counts
+
+
+def _summary(counts: Mapping[str, int]) -> str:
+    """``N input rows dropped (late: n, ...)``, and how many of them were corrected."""
+    corrected = counts.get(CORRECTED, 0)
+    dropped = {r: n for r, n in counts.items() if r != CORRECTED}
+    reasons = ", ".join(f"{r}: {n}" for r, n in sorted(dropped.items()))
+    text = f"{sum(dropped.values())} input rows dropped ({reasons})"
+    return f"{text}, {corrected} of them {CORRECTED}" if corrected else text
+
+
+class ScriptDeadLetters:
+    """The dead letters of a script's queries: counted per query and reason, and
+    with ``--dead-letters DIR`` written as Parquet, a directory per query (a
+    ``batch_id=N`` directory per batch, so a re-run batch overwrites itself)."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self.counts: dict[str, Counter[str]] = {}
+
+    def __call__(self, name: str) -> Callable[[Any, int], None]:
+        target = None if self.directory is None else os.path.join(self.directory, name)
+
+        def sink(batch: Any, batch_id: int) -> None:
+            counts = _counts(batch)
+            if not counts:
+                return
+            self.counts.setdefault(name, Counter()).update(counts)
+            if target is not None:
+                parquet_sink(target)(batch, batch_id)
+
+        return sink
+
+    def report(self) -> None:
+        """Input the script's queries dropped, on stderr, per query."""
+        for name, counts in sorted(self.counts.items()):
+            where = (
+                f"written to {os.path.join(self.directory, name)}"
+                if self.directory
+                else "write them with --dead-letters DIR"
+            )
+            print(f"headwater sql: {name}: {_summary(counts)}; {where}", file=sys.stderr)
+
+
 def _report_dead_letters(dead: pd.DataFrame, path: str | None) -> None:
     """Input the query dropped is never silent: counted on stderr, written to
     ``--dead-letters FILE`` (CSV) when given."""
@@ -157,6 +225,5 @@ def _report_dead_letters(dead: pd.DataFrame, path: str | None) -> None:
         dead.to_csv(path, index=False)
     if not len(dead):
         return
-    reasons = ", ".join(f"{r}: {n}" for r, n in dead["reason"].value_counts().sort_index().items())
     where = f"written to {path}" if path else "write them with --dead-letters FILE"
-    print(f"headwater sql: {len(dead)} input rows dropped ({reasons}); {where}", file=sys.stderr)
+    print(f"headwater sql: {_summary(_counts(dead))}; {where}", file=sys.stderr)

@@ -88,15 +88,22 @@ class SqlQuery:
         # processing time of a stream.
         return rows.assign(undo=False, ptime=pd.NaT, ver=0)
 
-    def write(self, sink, **options: Any) -> None:
+    def write(self, sink, *, dead_letter_sink=None, **options: Any) -> None:
         """Send the changelog to ``sink`` (``sink(batch, batch_id)``, e.g. a
         :class:`~headwater.io.sinks.relation.RelationSink`): one batch per
-        processing time of a replay, one batch for a bounded query."""
+        processing time of a replay, one batch for a bounded query; the dead
+        letters to ``dead_letter_sink`` (one batch)."""
         log = self.changelog()
-        if not len(log):
-            return
         for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True)):
             sink(batch.reset_index(drop=True), batch_id)
+        if dead_letter_sink is not None:
+            self.write_dead_letters(dead_letter_sink, options.get("as_of"))
+
+    def write_dead_letters(self, sink, as_of: int | None = None) -> None:
+        """The dead letters as one batch to ``sink`` (nothing when there are none)."""
+        dead = self.dead_letters(as_of)
+        if len(dead):
+            sink(dead, 0)
 
     def dead_letters(self, as_of: int | None = None) -> pd.DataFrame:
         """Input the query dropped (late beyond the allowed lateness, null event

@@ -20,12 +20,15 @@ allowed lateness (``'5 minutes'``).
 Sinks (``'format'`` = ``changelog``: the changelog as Parquet, one directory
 per batch; ``table``: the current rows, kept by applying the changelog, in
 DuckDB (a file path) or PostgreSQL (a URL), ``'table'`` naming the table).
-A plain query's result is returned (the command line prints it).
+A plain query's result is returned (the command line prints it). The rows
+each query drops (late beyond the allowed lateness, null event time) go to
+``dead_letters(name)``, a sink ``(batch, batch_id)`` per query name: pandas
+frames on the local runner, Spark DataFrames per micro-batch on Spark streams.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pandas as pd
@@ -38,9 +41,17 @@ from headwater.sql.dialect import parse
 from headwater.sql.errors import SqlError, position
 from headwater.sql.sources import is_sink, local_source, make_sink
 
+#: A sink ``(batch, batch_id)`` for the dead letters of the query of a name.
+DeadLetters = Callable[[str], Callable[[Any, int], None]]
+
 
 def run_script(
-    text: str, tables: Mapping[str, Any] | None = None, *, runner: str = "local", **options
+    text: str,
+    tables: Mapping[str, Any] | None = None,
+    *,
+    runner: str = "local",
+    dead_letters: DeadLetters | None = None,
+    **options,
 ) -> Iterator[pd.DataFrame]:
     """Run a script's statements in order; yields the result of each plain query."""
     tables = dict(tables or {})
@@ -62,9 +73,14 @@ def run_script(
                     *position(statement.this),
                     "Declare it with CREATE TABLE ... WITH ('format' = 'changelog' | 'table', ...)",
                 )
-            bind(statement.expression, tables, name=target, runner=runner).write(sink, **options)
+            query = bind(statement.expression, tables, name=target, runner=runner)
+            letters = None if dead_letters is None else dead_letters(query.plan.name)
+            query.write(sink, dead_letter_sink=letters, **options)
             continue
-        yield bind(statement, tables, runner=runner).to_pandas(options.get("as_of"))
+        query = bind(statement, tables, runner=runner)
+        yield query.to_pandas(options.get("as_of"))
+        if dead_letters is not None:
+            query.write_dead_letters(dead_letters(query.plan.name), options.get("as_of"))
 
 
 def _source(d: SourceDef, runner: str, options: dict) -> Table:

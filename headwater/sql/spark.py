@@ -264,12 +264,13 @@ class SparkSqlQuery(SqlQuery):
         with state_store_for(self.spark):
             return writer.start()
 
-    def write(self, sink, **options: Any) -> None:
+    def write(self, sink, *, dead_letter_sink=None, **options: Any) -> None:
         """As :meth:`SqlQuery.write`; over Spark streams, a streaming query to
-        ``sink`` that runs until the files there are processed (``checkpoint``:
-        its checkpoint directory, required; ``follow=True``: keep running)."""
+        ``sink`` (dead letters to ``dead_letter_sink``, per micro-batch) that runs
+        until the files there are processed (``checkpoint``: its checkpoint
+        directory, required; ``follow=True``: keep running)."""
         if not any(t.spark is not None and t.is_stream for t in self.plan.streams):
-            return super().write(sink)
+            return super().write(sink, dead_letter_sink=dead_letter_sink, **options)
         checkpoint = options.get("checkpoint")
         if not checkpoint:
             raise SqlError(
@@ -278,7 +279,12 @@ class SparkSqlQuery(SqlQuery):
             )
         trigger = None if options.get("follow") else {"availableNow": True}
         location = os.path.join(checkpoint, self.plan.name)  # one per INSERT INTO
-        self.start(checkpoint_location=location, sink=sink, trigger=trigger).awaitTermination()
+        self.start(
+            checkpoint_location=location,
+            sink=sink,
+            dead_letter_sink=dead_letter_sink,
+            trigger=trigger,
+        ).awaitTermination()
 
 
 def _group_key(F, plan, ts):

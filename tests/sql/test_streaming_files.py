@@ -106,14 +106,11 @@ def _crash_once(at_batch: int):
 
 
 def _run(spark, bids: str, out, sink) -> None:
+    """The query over the stream until its files are processed (``write``: what
+    ``INSERT INTO`` runs, ``start`` with ``availableNow`` underneath)."""
     query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, bids)}, spark=spark)
-    handle = query.start(
-        checkpoint_location=str(out / "checkpoint"),
-        sink=sink,
-        dead_letter_sink=parquet_sink(str(out / "dead")),
-        trigger={"availableNow": True},
-    )
-    handle.awaitTermination()
+    letters = parquet_sink(str(out / "dead"))
+    query.write(sink, dead_letter_sink=letters, checkpoint=str(out / "checkpoint"))
 
 
 def test_crash_and_restart_give_the_uninterrupted_result(spark, tmp_path):
