@@ -60,11 +60,15 @@ class SqlQuery:
     def run(self, as_of: int | None = None) -> SqlRun:
         """The streaming run up to processing time ``as_of`` (epoch ms)."""
         if as_of not in self._runs:
-            run = run_stream(self.plan, as_of)
+            run = self._stream_run(as_of)
             if any(t.correction is not None for t in self.plan.streams):
                 run = correct(self.plan, run, as_of)
             self._runs[as_of] = run
         return self._runs[as_of]
+
+    def _stream_run(self, as_of: int | None) -> SqlRun:
+        """The stream module's run (the runner's; corrections come on top)."""
+        return run_stream(self.plan, as_of)
 
     def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:
         """The result: a bounded query's table; a stream's changelog with EMIT

@@ -132,13 +132,9 @@ class SparkSqlQuery(SqlQuery):
             return self.bounded().toPandas()
         return super().to_pandas(as_of)
 
-    def run(self, as_of: int | None = None) -> SqlRun:
-        if as_of not in self._runs:
-            self._runs[as_of] = self._replay(as_of)
-        return self._runs[as_of]
-
-    def _replay(self, as_of: int | None) -> SqlRun:
-        _refuse_corrections(self.plan.streams)
+    def _stream_run(self, as_of: int | None) -> SqlRun:
+        """The replay through the Spark streaming runner (corrections, when a
+        stream asks for them, recompute from the archive as on the local runner)."""
         sql = compile_sql(self.plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
             from headwater.sql.aggregate_spark import run_replay
@@ -362,15 +358,16 @@ _HYBRID = ("quality.", "correction.")
 
 
 def _refuse_corrections(streams: tuple[Table, ...]) -> None:
-    """Corrections from an archive run on the local runner only."""
+    """Corrections from an archive replay a recorded stream; a live Spark stream
+    does not make them (yet)."""
     for table in streams:
         if table.correction is not None:
             raise SqlError(
                 f"stream {table.name!r} asks for corrections ('correction.archive'), which "
-                "the Spark SQL runner does not make",
-                hint="Run the query on the local runner, or drop 'correction.archive' (on "
-                "Spark, HPM's corrections are the Python API of headwater.hybrid, "
-                "docs/hybrid.md)",
+                "a query over Spark streams does not make",
+                hint="Run the query over a replay (either runner), or drop "
+                "'correction.archive' (on Spark streams, HPM's corrections are the Python "
+                "API of headwater.hybrid, docs/hybrid.md)",
             )
 
 

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -396,10 +397,20 @@ def test_a_replays_quality_watermark_on_spark_gives_the_local_changelog(spark):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_spark_refuses_corrections_and_k_slack_streams(spark, tmp_path):
-    table = _table(_generated(200), Corrections(str(tmp_path / "archive")))
-    with pytest.raises(SqlError, match="'correction.archive'"):
-        hw.sql(TUMBLE, tables={"S": table}, runner="spark").changelog()
+def test_a_replay_corrected_on_spark_gives_the_local_changelog(spark, stream, tmp_path):
+    """The stream module on the Spark runner, the same corrections on top."""
+    short = stream.iloc[:5_000]  # 16 steps, 31 dead letters
+    local = hw.sql(TUMBLE, tables={"S": _table(short, Corrections(str(tmp_path / "a"), 1000))})
+    corrected = Corrections(str(tmp_path / "b"), gamma=1000)
+    on_spark = hw.sql(TUMBLE, tables={"S": _table(short, corrected)}, runner="spark")
+    letters = on_spark.dead_letters()
+    assert len(letters) and letters["corrected"].all()
+    pd.testing.assert_frame_equal(_normal(on_spark.changelog()), _normal(local.changelog()))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_streams_refuse_corrections_and_k_slack(spark, tmp_path):
     (tmp_path / "in").mkdir()
     stream = spark.readStream.schema("sensor BIGINT, ts TIMESTAMP, speed BIGINT").parquet(
         str(tmp_path / "in")
@@ -407,4 +418,8 @@ def test_spark_refuses_corrections_and_k_slack_streams(spark, tmp_path):
     spark_table = Table("S", spark=stream, event_time="ts", watermark=MaxDelaySlack())
     query = hw.sql(TUMBLE, tables={"S": spark_table}, runner="spark")
     with pytest.raises(SqlError, match="takes a bounded out-of-orderness only"):
+        query.start(checkpoint_location=str(tmp_path / "checkpoint"))
+    corrected = replace(spark_table, watermark=None, correction=Corrections(str(tmp_path)))
+    query = hw.sql(TUMBLE, tables={"S": corrected}, runner="spark")
+    with pytest.raises(SqlError, match="'correction.archive'"):
         query.start(checkpoint_location=str(tmp_path / "checkpoint"))
