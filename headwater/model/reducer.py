@@ -98,6 +98,18 @@ class Reducer:
     def __len__(self) -> int:
         return len(self._table)
 
+    def settled(self) -> int:
+        """Windows that end at or before this time are settled: collected, and inside
+        no live window, so no pane will name them again, not even the retraction
+        that a merge into a live session emits when that session fires. A pane
+        transform may forget them (``PaneTransform.expire``)."""
+        if self.watermark <= MIN_TIMESTAMP:
+            return MIN_TIMESTAMP
+        kept = self.strategy.allowed_lateness + self.strategy.retention
+        horizon = max(MIN_TIMESTAMP, self.watermark - kept)
+        starts = self._table.cols["start"]
+        return min(horizon, int(starts.min())) if len(starts) else horizon
+
     def _gc_time(self, end: np.ndarray) -> np.ndarray:
         """When a window's state is collected: end + allowed lateness + retention."""
         return self._past(end, self.strategy.allowed_lateness + self.strategy.retention)

@@ -37,7 +37,8 @@ class PaneTransform(Protocol):
         """The state as bytes, for a runner's state store."""
         ...
 
-    # Optional: ``expire(state, watermark)``. A runner calls it after ``apply`` with
-    # the reducer's watermark, so that the transform can forget what belongs to
-    # windows the reducer has collected (window end + allowed lateness <= watermark:
-    # they never fire again).
+    # Optional: ``expire(state, horizon)``. A runner calls it after ``apply`` with
+    # the reducer's ``settled()`` horizon, so that the transform can forget what
+    # belongs to windows ending at or before it: the reducer collected them and no
+    # live window contains them, so no pane (not even a merge's retraction) names
+    # them again.

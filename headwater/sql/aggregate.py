@@ -7,7 +7,7 @@ with one DuckDB call per group: exact for joins and Top-N, slow for a big
 windowed aggregate. A query of the shape
 
     SELECT <group columns, aggregates, scalar expressions of them>
-    FROM Tumble(data => TABLE(s), ...) | Hop(...) | s
+    FROM Tumble(data => TABLE(s), ...) | Hop(...) | Session(...) | s
     [WHERE <row condition>]
     GROUP BY <window bounds>, <columns of s>
     [HAVING <condition over group columns and aggregates>]
@@ -36,12 +36,16 @@ counts the changelog rows of such a group, and ``EMIT AFTER DELAY`` delays
 each one on its own. For a query grouped by the window alone this is the
 general path's group; with more GROUP BY columns the general path groups by
 the window (use ``general_path()`` and :func:`with_keys` to compare them).
-Sessions stay on the general path.
+A session runs here when its keys are the GROUP BY columns (none: grouped by
+the window alone), so that the model's sessions per key are the query's; the
+model runs them retracting, and the transform withdraws the row of a session
+merged into another one.
 
 The transform's state is each group's last result row and next ``ver``; a
-runner calls its ``expire`` with the watermark, so groups of windows the model
-has collected (end + allowed lateness <= watermark) are forgotten and the
-state stays the size of the live windows.
+runner calls its ``expire`` with the reducer's settled horizon
+(``Reducer.settled``: windows collected and inside no live window), so the
+state stays the size of the live windows, and a session merged into a live one
+keeps its row until the merge's retraction withdraws it.
 
 Dead letters have the general path's columns; of a dropped row's own columns,
 only the GROUP BY columns and the event time have values (:func:`dead_letters`).
@@ -189,7 +193,10 @@ def compile_aggregate(plan: QueryPlan) -> AggregatePlan:
     strategy = WindowingStrategy(
         window_fn=plan.window_fn,
         trigger=plan.emit.trigger(),
-        accumulation=Accumulation.ACCUMULATING,
+        # Merging windows (sessions) retract the groups they merge away.
+        accumulation=Accumulation.RETRACTING
+        if plan.window_fn.is_merging
+        else Accumulation.ACCUMULATING,
         allowed_lateness=plan.allowed_lateness,
         retention=plan.emit.retention(),
     )
@@ -199,7 +206,6 @@ def compile_aggregate(plan: QueryPlan) -> AggregatePlan:
         schema,
         list(calls.values()),
         replacement,
-        strategy.allowed_lateness + strategy.retention,
         rows,
     )
     return AggregatePlan(plan, shape, schema, strategy, aggregations, projection, maintainer)
@@ -366,7 +372,9 @@ def run_local(sql: AggregatePlan, steps_of, as_of: int | None = None):
             letters.append(dead_letters(sql, emission.dropped))
         if len(emission.panes):
             changes.append(maintainer.apply(emission.panes, int(ptime), state))
-            maintainer.expire(state, reducer.watermark)
+        # every step, as the general path's replay does: both forget a group at the
+        # same step (a session's row may go before its merge is retracted)
+        maintainer.expire(state, reducer.settled())
     full = [c for c in changes if len(c)]
     changelog = (
         pd.concat(full, ignore_index=True)

@@ -6,7 +6,9 @@ panes of a step become one Arrow table (group columns, window bounds, each
 aggregate's value), and ONE DuckDB query over it (the select list and
 ``HAVING``, each aggregate cast to the type DuckDB gives it on the general
 path) yields every fired group's result row; :class:`GroupRows` diffs those
-with what each group materialized last.
+with what each group materialized last. Sessions run retracting: a retracted
+group that did not fire again was merged into another session, and its row
+is withdrawn.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ ROWS = "__rows"
 #: ``__gk`` of a query whose only group columns are the window bounds (as the
 #: general path's).
 NO_KEY = "0"
+#: A pane's group in the model's panes.
+_WINDOW = ["key", "window_start", "window_end"]
 #: Version of the transform's snapshot layout.
 SNAPSHOT_VERSION = 1
 
@@ -86,7 +90,6 @@ class AggregateMaintainer:
     group_types: tuple[pa.DataType, ...]
     windows: dict[str, str]
     calls: tuple[Call, ...]
-    retention: int
     _con: duckdb.DuckDBPyConnection | None = field(default=None, repr=False)
 
     @classmethod
@@ -97,7 +100,6 @@ class AggregateMaintainer:
         schema: pa.Schema,
         calls: list[Call],
         replacement: dict[str, tuple[str, ...]],
-        retention: int,
         rows: str | None,
     ) -> AggregateMaintainer:
         """The transform of a compiled query (``replacement``: each aggregate's SQL
@@ -118,7 +120,6 @@ class AggregateMaintainer:
             group_types=group_types,
             windows=shape.windows,
             calls=tuple(calls),
-            retention=int(retention),
         )
 
     def __getstate__(self):
@@ -149,21 +150,44 @@ class AggregateMaintainer:
     def snapshot(self, state: GroupRows) -> bytes:
         return pickle.dumps((SNAPSHOT_VERSION, state.rows, state.versions), protocol=5)
 
-    def expire(self, state: GroupRows, watermark: int) -> None:
-        """Forget the groups the model collected: window end + retention <= watermark."""
-        if watermark > MIN_TIMESTAMP:
-            state.expire(int(watermark) - self.retention)
+    def expire(self, state: GroupRows, settled: int) -> None:
+        """Forget the groups of windows ending by ``settled`` (``Reducer.settled``)."""
+        if settled > MIN_TIMESTAMP:
+            state.expire(int(settled))
 
     def apply(self, panes: pd.DataFrame, now: int, state: GroupRows) -> pd.DataFrame:
         if not len(panes):
             return state.apply(pd.DataFrame(columns=list(GROUP_COLUMNS)), None, now)
+        retracted = panes.iloc[:0]
         if "is_retraction" in panes.columns:
-            panes = panes[~panes["is_retraction"].astype(bool).to_numpy()]
-        panes = panes.drop_duplicates(["key", "window_start", "window_end"], keep="last")
+            withdrawn = panes["is_retraction"].astype(bool).to_numpy()
+            retracted, panes = panes[withdrawn], panes[~withdrawn]
+        panes = panes.drop_duplicates(_WINDOW, keep="last")
         frame = self.pane_table(panes)
         results = self._evaluate(frame)
         fired = frame.select([*GROUP_COLUMNS, AT]).to_pandas()
-        return state.apply(fired, results, now)
+        return state.apply(self._with_gone(fired, retracted), results, now)
+
+    def _with_gone(self, fired: pd.DataFrame, retracted: pd.DataFrame) -> pd.DataFrame:
+        """``fired`` and the groups of retraction panes that did not fire again: a
+        session merged into another one is gone, so it fires with no result row
+        (its row is withdrawn). A retracted group that fired again is superseded."""
+        if not len(retracted):
+            return fired
+        gone = pd.DataFrame(
+            {
+                "__gk": _group_names(retracted["key"].to_numpy(), bool(self.group)),
+                "__gs": retracted["window_start"].to_numpy(np.int64),
+                "__ge": retracted["window_end"].to_numpy(np.int64),
+            }
+        ).drop_duplicates()
+        group = list(GROUP_COLUMNS)
+        again = gone.merge(fired[group], how="left", on=group, indicator=True)
+        gone = gone[(again["_merge"] == "left_only").to_numpy()]
+        if not len(gone):
+            return fired
+        gone = gone.assign(**{AT: np.arange(len(fired), len(fired) + len(gone), dtype=np.int64)})
+        return pd.concat([fired, gone], ignore_index=True)
 
     # -- one step's panes as one table, and the query over it
     def pane_table(self, panes: pd.DataFrame) -> pa.Table:

@@ -1,9 +1,10 @@
 """Which queries the windowed-aggregate fast path runs (:mod:`headwater.sql.aggregate`).
 
 A query is a plain windowed aggregate over one stream when it is a single
-SELECT from the stream or one windowing TVF over it, grouped by the window
-bounds (or the raw event-time column) and plain columns, with only ``COUNT``,
-``SUM``, ``MIN``, ``MAX``, ``AVG`` (and ``COUNT(DISTINCT x)``) as aggregates.
+SELECT from the stream or one windowing TVF over it (a session only when keyed
+by its GROUP BY columns), grouped by the window bounds (or the raw event-time
+column) and plain columns, with only ``COUNT``, ``SUM``, ``MIN``, ``MAX``,
+``AVG`` (and ``COUNT(DISTINCT x)``) as aggregates.
 :func:`analyze_shape` returns its :class:`Shape` or a sentence saying why not,
 so that ``explain()`` and tests can tell a user which path a query takes.
 """
@@ -93,8 +94,6 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     table = tvf.this if tvf is not None else source
     if not isinstance(table, exp.Table) or table.name.lower() != stream.name.lower():
         return "FROM is not the stream or one windowing table function over it"
-    if tvf is not None and tvf.args["kind"] == "SESSION":
-        return "session windows merge (the general path maintains them)"
     group = query.args.get("group")
     if group is None or not group.expressions:
         return "it has no GROUP BY"
@@ -113,6 +112,9 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     plain = _group_columns(group, columns, lower_windows, stream, tvf)
     if isinstance(plain, str):
         return plain
+    problem = _session_problem(tvf, plain)
+    if problem:
+        return problem
     grouped = {p.lower() for p in plain} | set(lower_windows)
 
     where = query.args.get("where")
@@ -172,6 +174,22 @@ def _group_columns(group, columns, windows, stream: Table, tvf) -> list[str] | s
     if tvf is None and (stream.event_time or "").lower() not in {p.lower() for p in plain}:
         return "GROUP BY has no event-time column"
     return plain
+
+
+def _session_problem(tvf, plain: list[str]) -> str | None:
+    """Sessions merge per model key, and the fast path keys by the GROUP BY
+    columns: it runs a session only when those are the session's keys (none
+    for an unkeyed session), so that its sessions are the query's."""
+    if tvf is None or tvf.args["kind"] != "SESSION":
+        return None
+    keys = [k.name for k in tvf.args.get("keys") or []]
+    if {k.lower() for k in keys} == {p.lower() for p in plain}:
+        return None
+    per = f"per {', '.join(keys)}" if keys else "over all rows"
+    return (
+        f"the sessions are {per}, not per the GROUP BY columns ({', '.join(plain)}): "
+        "the general path groups the sessions' rows"
+    )
 
 
 def _columns_problem(node, columns, windows, grouped, what) -> str | None:

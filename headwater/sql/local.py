@@ -193,8 +193,7 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
     text = to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode="group")
     tables = {t.name: t.local_frame() for t in plan.tables}
     try:
-        retention = plan.allowed_lateness + plan.emit.retention()
-        maintainer = GroupMaintainer(text, tuple(layouts), tables, plan.name, retention)
+        maintainer = GroupMaintainer(text, tuple(layouts), tables, plan.name)
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
@@ -292,7 +291,7 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
         if len(emission.dropped):
             letters.append(dead_letters(emission.dropped, emission.dropped["reason"], sql))
         changes.append(sql.maintainer.apply(emission.panes, int(ptime), state))
-        sql.maintainer.expire(state, reducer.watermark)
+        sql.maintainer.expire(state, reducer.settled())
     full = [c for c in changes if len(c)]
     changelog = (
         pd.concat(full, ignore_index=True)

@@ -76,14 +76,11 @@ class GroupMaintainer:
         streams: tuple[StreamLayout, ...],
         tables: dict[str, pd.DataFrame],
         name: str,
-        retention: int,
     ) -> None:
         self.text = text
         self.streams = streams
         self.tables = tables
         self.name = name
-        #: how long past its end the model keeps a window (allowed lateness + EMIT's)
-        self.retention = int(retention)
         self._con: duckdb.DuckDBPyConnection | None = None
         self.columns: list[str] = []
         self.types: dict[str, object] = {}
@@ -117,11 +114,11 @@ class GroupMaintainer:
     def snapshot(self, state: Materializer) -> bytes:
         return pickle.dumps((SNAPSHOT_VERSION, state.last, state.versions))
 
-    def expire(self, state: Materializer, watermark: int) -> None:
-        """Forget the groups the model collected (window end + retention <= watermark),
-        so that the state holds only the live windows' rows."""
-        if watermark > MIN_TIMESTAMP:
-            state.expire(int(watermark) - self.retention)
+    def expire(self, state: Materializer, settled: int) -> None:
+        """Forget the groups of windows ending by ``settled`` (``Reducer.settled``), so
+        that the state holds only the rows a pane may still name."""
+        if settled > MIN_TIMESTAMP:
+            state.expire(int(settled))
 
     def apply(self, panes: pd.DataFrame, now: int, state: Materializer) -> pd.DataFrame:
         """The changelog of the groups that fired in one step (their last pane

@@ -57,6 +57,38 @@ QUERIES = {
     ),
 }
 
+#: Sessions of a 2-minute gap per item, in both spellings.
+SESSION = (
+    "Session(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), gap => INTERVAL '2' MINUTE, "
+    "keys => DESCRIPTOR(item))"
+)
+FLINK_SESSION = (
+    "TABLE(SESSION(TABLE Bid PARTITION BY item, DESCRIPTOR(bidtime), INTERVAL '2' MINUTE))"
+)
+
+#: (session query without EMIT, its GROUP BY columns that are not window bounds)
+SESSION_QUERIES = {
+    "flink keyed": (
+        "SELECT window_start, window_end, item, COUNT(*) AS n, SUM(price) AS total, "
+        "MIN(price) AS low, MAX(bidtime) AS latest, AVG(price) AS mean, "
+        f"COUNT(DISTINCT price) AS prices FROM {FLINK_SESSION} "
+        "GROUP BY window_start, window_end, item",
+        ("item",),
+    ),
+    "paper keyed": (
+        f"SELECT item, wend, COUNT(*) AS n, MAX(price) AS top FROM {SESSION} s "
+        "WHERE s.price IS NULL OR s.price < 8 GROUP BY s.item, wstart, wend "
+        "HAVING COUNT(*) > 1",
+        ("item",),
+    ),
+    "unkeyed": (
+        "SELECT wstart, wend, COUNT(*) AS n, SUM(price) AS total FROM Session(data => "
+        "TABLE(Bid), timecol => DESCRIPTOR(bidtime), gap => INTERVAL '1' MINUTE) "
+        "GROUP BY wstart, wend",
+        (),
+    ),
+}
+
 
 def _iso(seconds: int) -> str:
     return (BASE + pd.Timedelta(seconds=seconds)).isoformat()
@@ -168,6 +200,78 @@ def test_fast_path_equals_general_path(bids, name, emit):
         assert_same_runs(fast, general, keys)
 
 
+def assert_grown_sessions_withdrawn(run) -> None:
+    """No two sessions left in the table view share a key and a start: a session
+    that grew (merged into a longer one) was withdrawn, however late the merged
+    session fired. (Sessions may overlap otherwise: a row after a session was
+    collected starts a new one, as in Beam.)"""
+    log = run.changelog
+    net = log.assign(n=np.where(log["undo"], -1, 1)).groupby(["__gk", "__gs", "__ge"])["n"].sum()
+    live = net[net > 0].reset_index()
+    twice = live[live.duplicated(["__gk", "__gs"], keep=False)]
+    assert twice.empty, f"a grown session was not withdrawn: {twice}"
+
+
+@pytest.mark.parametrize("emit", EMITS)
+@pytest.mark.parametrize("name", list(SESSION_QUERIES))
+def test_sessions_on_the_fast_path_equal_the_general_path(bids, name, emit):
+    """Sessions keyed by the GROUP BY columns: merged-away sessions are withdrawn
+    as on the general path, and late rows are the same dead letters."""
+    text, keys = SESSION_QUERIES[name]
+    withdrawn = 0
+    for table in bids:
+        fast, general, _ = both_paths(table, f"{text} {emit}", keys)
+        assert_same_runs(fast, general, keys)
+        assert_grown_sessions_withdrawn(fast)
+        assert_grown_sessions_withdrawn(general)
+        assert "late" in set(fast.dead_letters["reason"])
+        log = fast.changelog
+        last = log.groupby(["__gk", "__gs", "__ge"], dropna=False)["undo"].last()
+        withdrawn += int(last.sum())  # groups whose last change is a withdrawal
+    if "WATERMARK" not in emit:  # merges are withdrawn (on time, a session fires once)
+        assert withdrawn > 0
+
+
+def test_a_late_row_bridging_two_sessions(tmp_path):
+    """Two sessions of A, bridged by a late row: both are withdrawn and the merged
+    session replaces them; a row beyond the allowed lateness is a dead letter."""
+    lines = [
+        (0, "row", {"bidtime": _iso(0), "price": 1, "item": "A"}),
+        (0, "row", {"bidtime": _iso(210), "price": 2, "item": "A"}),
+        (10, "row", {"bidtime": _iso(30), "price": 4, "item": "B"}),
+        (20, "watermark", _iso(90)),
+        (30, "row", {"bidtime": _iso(105), "price": 3, "item": "A"}),
+        (500, "watermark", _iso(400)),
+        (510, "row", {"bidtime": _iso(200), "price": 5, "item": "A"}),
+    ]
+    path = tmp_path / "bridge.jsonl"
+    path.write_text("".join(json.dumps({"ptime": _iso(p), kind: v}) + "\n" for p, kind, v in lines))
+    table = read_replay(path, "Bid", "bidtime")
+    text, keys = SESSION_QUERIES["flink keyed"]
+    fast, general, query = both_paths(table, f"{text} EMIT STREAM", keys)
+    assert_same_runs(fast, general, keys)
+    assert "fast path" in query.explain()
+    changes = fast.changes()
+    undone = changes[changes["undo"]]
+    assert sorted(undone["window_start"].astype(str)) == [
+        "2020-04-15 08:00:00",
+        "2020-04-15 08:03:30",
+    ]
+    final = fast.table()
+    assert canon(final, ["item", "window_start", "window_end", "n", "total"]) == canon(
+        pd.DataFrame(
+            {
+                "item": ["A", "B"],
+                "window_start": [BASE, BASE + pd.Timedelta(seconds=30)],
+                "window_end": BASE + pd.to_timedelta([330, 150], unit="s"),
+                "n": [3, 1],
+                "total": [6, 4],
+            }
+        )
+    )
+    assert list(fast.dead_letters["reason"]) == ["late"]
+
+
 def test_late_rows_and_nulls_reach_the_dead_letters(bids):
     fast, general, _ = both_paths(bids[0], f"{QUERIES['keyed'][0]} EMIT STREAM", ("item",))
     reasons = set(fast.dead_letters["reason"])
@@ -228,7 +332,17 @@ def test_multi_key_ver_counts_per_group(bids):
         (
             "SELECT wstart, wend, COUNT(*) FROM Session(data => TABLE(Bid), "
             "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '3' MINUTE) GROUP BY wstart, wend",
-            "session windows merge",
+            None,
+        ),
+        (
+            "SELECT wstart, wend, item, COUNT(*) FROM Session(data => TABLE(Bid), "
+            "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '3' MINUTE) "
+            "GROUP BY wstart, wend, item",
+            "the sessions are over all rows, not per the GROUP BY columns (item)",
+        ),
+        (
+            f"SELECT wstart, wend, COUNT(*) FROM {SESSION} GROUP BY wstart, wend, item, price",
+            "the sessions are per item, not per the GROUP BY columns (item, price)",
         ),
         (
             f"SELECT wstart, wend, APPROX_COUNT_DISTINCT(item) FROM {TUMBLE} GROUP BY wstart, wend",
@@ -283,10 +397,14 @@ EXPLAINED = {
         "runs on: fast path (a windowed aggregate: combiners, one projection per step)",
     ),
     "session": (
-        "SELECT wstart, wend, COUNT(*) AS n FROM Session(data => TABLE(Bid), "
-        "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '3' MINUTE) GROUP BY wstart, wend",
+        f"SELECT wstart, wend, item, COUNT(*) AS n FROM {SESSION} GROUP BY wstart, wend, item",
+        "runs on: fast path (a windowed aggregate: combiners, one projection per step)",
+    ),
+    "session over all rows": (
+        "SELECT item, COUNT(*) AS n FROM Session(data => TABLE(Bid), "
+        "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '3' MINUTE) GROUP BY wstart, wend, item",
         "runs on: general path (incremental maintenance per event-time group), not the "
-        "fast path because session windows merge",
+        "fast path because the sessions are over all rows, not per the GROUP BY columns (item)",
     ),
     "no group by": (f"SELECT * FROM {TUMBLE}", "not the fast path because it has no GROUP BY"),
 }
@@ -385,6 +503,27 @@ def test_spark_streaming_equals_local(spark, tmp_path):
         assert canon(remote.changes(), columns) == canon(local.changes(), columns), name
         shared = list(local.dead_letters.columns)
         assert canon(remote.dead_letters, shared) == canon(local.dead_letters, shared), name
+
+
+@pytest.mark.spark
+def test_spark_keyed_sessions_equal_local(spark, tmp_path):
+    """Keyed sessions on the Spark fast path (merging windows: never lifted) give
+    the local runner's changelog, merged-away sessions withdrawn, and dead letters."""
+    from headwater.sql.spark import SparkSqlQuery
+
+    path = tmp_path / "bids.jsonl"
+    write_timeline(path, seed=3, lines=40)
+    table = read_replay(path, "Bid", "bidtime")
+    text = f"{SESSION_QUERIES['flink keyed'][0]} EMIT STREAM"
+    local = hw.sql(text, {"Bid": table}).run()
+    query = SparkSqlQuery(text, {"Bid": table}, spark=spark)
+    assert isinstance(compile_sql(query.plan), AggregatePlan)
+    remote = query.run(None)
+    columns = [*local.columns, "undo", "ptime", "ver"]
+    assert local.changes()["undo"].any()
+    assert canon(remote.changes(), columns) == canon(local.changes(), columns)
+    shared = list(local.dead_letters.columns)
+    assert canon(remote.dead_letters, shared) == canon(local.dead_letters, shared)
 
 
 @pytest.mark.spark

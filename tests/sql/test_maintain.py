@@ -3,12 +3,14 @@ next ``ver``, kept only while the model can still fire the group."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from headwater.model.reducer import Reducer
+from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
-from headwater.sql import sql
+from headwater.model.windows import FixedWindows, Sessions
 from headwater.sql.changelog import Materializer
-from headwater.sql.local import compile_sql
 
 MINUTE = 60_000
 
@@ -33,23 +35,18 @@ def test_expire_forgets_only_the_groups_that_ended_by_the_horizon() -> None:
     assert list(change["ver"]) == [1, 2]
 
 
-def test_the_maintainer_keeps_a_window_for_its_allowed_lateness_and_emit_delay() -> None:
-    bids = pd.DataFrame(
-        {"bidtime": pd.to_datetime(["2024-01-01 10:01"]), "price": [1.0], "__ptime": [0]}
-    )
-    query = sql(
-        "SELECT wstart, wend, ROW_NUMBER() OVER (PARTITION BY wstart, wend ORDER BY price) AS rn "
-        "FROM Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), "
-        "dur => INTERVAL '10' MINUTE) EMIT AFTER DELAY INTERVAL '2' MINUTE",
-        {"Bid": bids},
-    )
-    maintainer = compile_sql(query.plan).maintainer
-    assert maintainer.retention == query.plan.allowed_lateness + 2 * MINUTE
-    state = maintainer.restore(None)
-    groups = _groups((0, 10 * MINUTE))
-    state.apply(groups, groups.assign(wstart=0, wend=0, rn=[1]), ptime=1)
-    maintainer.expire(state, MIN_TIMESTAMP)  # no watermark yet: nothing goes
-    maintainer.expire(state, 10 * MINUTE + maintainer.retention - 1)
-    assert len(state.last) == 1
-    maintainer.expire(state, 10 * MINUTE + maintainer.retention)
-    assert len(state.last) == 0 and len(state.versions) == 0
+def test_settled_waits_for_the_allowed_lateness_and_for_live_sessions() -> None:
+    """``Reducer.settled``, the horizon of ``expire``: a window is settled once the
+    model collected it and no live window contains it (a session merged into a
+    live one is withdrawn only when that one fires)."""
+    fixed = Reducer(WindowingStrategy.of(FixedWindows(600), allowed_lateness=300))  # seconds
+    assert fixed.settled() == MIN_TIMESTAMP  # no watermark yet
+    fixed.add_bundle(np.array(["a"], dtype=object), np.array([1 * MINUTE]), now=0)
+    fixed.advance_watermark(12 * MINUTE)
+    assert fixed.settled() == 0  # [0, 10) is live until 15: its start holds the horizon
+    fixed.advance_watermark(20 * MINUTE)
+    assert fixed.settled() == 15 * MINUTE  # collected: watermark - allowed lateness
+    sessions = Reducer(WindowingStrategy.of(Sessions(120)))
+    sessions.add_bundle(np.array(["a", "a"], dtype=object), np.array([0, MINUTE]), now=0)
+    sessions.advance_watermark(2 * MINUTE)  # the session [0, 3) is still open
+    assert sessions.settled() == 0

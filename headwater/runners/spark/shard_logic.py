@@ -88,7 +88,7 @@ class ShardLogic:
         self.state.update((reducer.snapshot(), self._move_timer(reducer, wm, timer, expired)))
         changes = None
         if self.plan.transform is not None:
-            changes = self._transform(emission.panes, int(batch.now), reducer.watermark)
+            changes = self._transform(emission.panes, int(batch.now), reducer.settled())
             emission = Emission(emission.panes.iloc[:0], emission.dropped)
         return self._output([emission, Emission(emission.panes.iloc[:0], nulls)], changes)
 
@@ -110,19 +110,19 @@ class ShardLogic:
         for time, rows in self._arrivals(data, now):
             step = tracker.advance(rows.timestamps)
             emission = apply_step(reducer, MicroBatch(rows, watermark=step.watermark, now=time))
-            emissions.append((time, emission, reducer.watermark))
+            emissions.append((time, emission, reducer.settled()))
             trace.append((time, step.watermark, step.slack))
         last = self._last(table, now) if plan.has_proc else now
         if end:  # the input ends: the watermark goes to the end of time
             emission = apply_step(reducer, MicroBatch(watermark=MAX_TIMESTAMP, now=last))
-            emissions.append((last, emission, reducer.watermark))
+            emissions.append((last, emission, reducer.settled()))
             trace.append((last, MAX_TIMESTAMP, tracker.slack()))
         self.state.update((reducer.snapshot(), -1))
         self.watermark_state.update((tracker.snapshot(),))
         parts, changes = [], []
-        for time, emission, watermark in emissions:
+        for time, emission, settled in emissions:
             if plan.transform is not None:
-                change = self._transform(emission.panes, time, watermark)
+                change = self._transform(emission.panes, time, settled)
                 changes.append(None if change is None else change.assign(**{STEP_TIME: time}))
                 emission = Emission(emission.panes.iloc[:0], emission.dropped)
             parts.append(_at(emission, time))
@@ -183,10 +183,10 @@ class ShardLogic:
         out[SHARD_SLACK] = slack
         return out
 
-    def _transform(self, panes: pd.DataFrame, now: int, watermark: int) -> pd.DataFrame | None:
+    def _transform(self, panes: pd.DataFrame, now: int, settled: int) -> pd.DataFrame | None:
         """The plan's pane transform over this step's panes; its state is read and
         written only when panes fired (then a transform with ``expire`` also
-        forgets what the reducer collected by ``watermark``)."""
+        forgets the windows ending by ``settled``: ``Reducer.settled``)."""
         if not len(panes):
             return None
         transform = self.plan.transform
@@ -195,7 +195,7 @@ class ShardLogic:
         out = transform.apply(panes, now, state)
         expire = getattr(transform, "expire", None)
         if expire is not None:
-            expire(state, int(watermark))
+            expire(state, int(settled))
         self.transform_state.update((transform.snapshot(state),))
         return out
 
