@@ -13,13 +13,13 @@ executors ran the work.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from headwater.runners.spark.isolated import run_isolated
 
 JOB = Path(__file__).with_name("distributed_job.py")
 PREFIX = "HEADWATER_SUMMARY "
@@ -29,11 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 def _run_job(tmp_path: Path) -> tuple[dict, str]:
-    env = dict(os.environ)
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env.pop("SPARK_HOME", None)  # the job makes its own for the pip-installed PySpark
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
     summary_path = tmp_path / "summary.json"
     cmd = [
         sys.executable,
@@ -45,26 +40,12 @@ def _run_job(tmp_path: Path) -> tuple[dict, str]:
     ]
     # A process group of its own: on a timeout the driver, its JVM (with the
     # master and workers) and the executor JVMs are ended together.
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"distributed job timed out after {TIMEOUT} s\n{err[-3000:]}")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, f"distributed job failed ({proc.returncode}):\n{err[-5000:]}"
+        done = run_isolated(cmd, timeout=TIMEOUT, cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"distributed job timed out after {TIMEOUT} s\n{(exc.stderr or '')[-3000:]}")
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, f"distributed job failed ({done.returncode}):\n{err[-5000:]}"
     lines = [line for line in out.splitlines() if line.startswith(PREFIX)]
     assert lines, f"no summary in the job's output:\n{out[-2000:]}\n{err[-3000:]}"
     return json.loads(lines[-1][len(PREFIX) :]), err

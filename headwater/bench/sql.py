@@ -63,7 +63,15 @@ import tempfile
 import time
 from typing import Any
 
-from headwater.bench.streaming import _run, _session, _stream, generate
+from headwater.bench.streaming import (
+    _run,
+    _session,
+    _stream,
+    generate,
+    measure,
+    summary,
+    with_ratios,
+)
 
 QUERY = (
     "SELECT wstart, wend, key, COUNT(*) AS n, SUM(value) AS total, MAX(value) AS top "
@@ -252,50 +260,15 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
 
 def bench_streaming(spark, work: str, src: str, keys: int, args) -> dict[str, Any]:
     engines = {"native": run_native, "headwater": run_headwater}
-    if args.only:
-        engines = {args.only: engines[args.only]}
-
-    def checkpoint(name: str) -> str:
-        return os.path.join(work, f"checkpoint-{name}-{time.time_ns()}")
-
-    if not args.no_warmup:
-        warm = os.path.join(work, f"warmup-{keys}keys")
-        if not os.path.exists(os.path.join(warm, "part-00000.parquet")):
-            os.makedirs(warm, exist_ok=True)
-            shutil.copy(os.path.join(src, "part-00000.parquet"), warm)
-        for fn in engines.values():
-            fn(spark, warm, checkpoint("warmup"), args)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
-    for _ in range(max(1, args.repeat)):
-        for name, fn in engines.items():
-            runs[name].append(fn(spark, src, checkpoint(name), args))
     result: dict[str, Any] = {}
-    for name, rs in runs.items():
-        seconds = sorted(r["seconds"] for r in rs)
-        median = seconds[len(seconds) // 2]
-        steady = sorted(r["steady_s"] for r in rs)[len(rs) // 2]
-        first = sorted(r["first_batch_s"] for r in rs)[len(rs) // 2]
-        last = rs[-1]
+    for name, rs in measure(spark, work, src, keys, engines, args).items():
         result[name] = {
-            "rows_per_s": round(args.rows / median),
-            "median_s": round(median, 3),
-            "seconds": [round(r["seconds"], 2) for r in rs],
+            **summary(rs, args.rows),
             "planning_s": round(statistics.median(r["planning_s"] for r in rs), 3),
-            "first_batch_s": round(first, 3),
-            "steady_s": round(steady, 3),
-            "steady_rows_per_s": round(last["steady_rows"] / steady) if steady else None,
-            "batches": last["batches"],
-            "output_rows": last["output_rows"],
-            "duration_ms": last["duration_ms"],
         }
-        if "fast_path" in last:
-            result[name]["fast_path"] = last["fast_path"]
-    if len(result) == 2:
-        hw, native = result["headwater"], result["native"]
-        result["ratio"] = round(hw["rows_per_s"] / native["rows_per_s"], 3)
-        if hw["steady_rows_per_s"] and native["steady_rows_per_s"]:
-            result["steady_ratio"] = round(hw["steady_rows_per_s"] / native["steady_rows_per_s"], 3)
-    return result
+        if "fast_path" in rs[-1]:
+            result[name]["fast_path"] = rs[-1]["fast_path"]
+    return with_ratios(result)
 
 
 # ------------------------------------------------------------------ profile

@@ -321,6 +321,21 @@ def bench_one(spark, work: str, keys: int, args) -> dict[str, Any]:
     )
     result: dict[str, Any] = {"keys": keys, "generate_s": round(time.perf_counter() - t0, 2)}
     engines = {"native": run_native, "headwater": run_headwater}
+    runs = measure(spark, work, src, keys, engines, args)
+    for name, rs in runs.items():
+        last = rs[-1]
+        result[name] = {
+            **summary(rs, args.rows),
+            "best_rows_per_s": round(args.rows / min(r["seconds"] for r in rs)),
+            "metrics": last["metrics"],
+        }
+    return with_ratios(result)
+
+
+def measure(spark, work: str, src: str, keys: int, engines, args) -> dict[str, list[dict]]:
+    """Each engine's runs over ``src`` (``engine(spark, src, checkpoint, args)``):
+    one untimed warm-up on the first file (JVM JIT, Python workers, imports),
+    then ``--repeat`` alternating runs. ``--only`` keeps one engine."""
     if args.only:
         engines = {args.only: engines[args.only]}
 
@@ -328,7 +343,6 @@ def bench_one(spark, work: str, keys: int, args) -> dict[str, Any]:
         return os.path.join(work, f"checkpoint-{name}-{time.time_ns()}")
 
     if not args.no_warmup:
-        # JVM JIT, Python workers and imports: pay them before measuring.
         warm = os.path.join(work, f"warmup-{keys}keys")
         if not os.path.exists(os.path.join(warm, "part-00000.parquet")):
             os.makedirs(warm, exist_ok=True)
@@ -339,25 +353,32 @@ def bench_one(spark, work: str, keys: int, args) -> dict[str, Any]:
     for _ in range(max(1, args.repeat)):
         for name, fn in engines.items():
             runs[name].append(fn(spark, src, checkpoint(name), args))
-    for name, rs in runs.items():
-        seconds = sorted(r["seconds"] for r in rs)
-        median = seconds[len(seconds) // 2]
-        last = rs[-1]
-        steady = sorted(r["steady_s"] for r in rs)[len(rs) // 2]
-        first = sorted(r["first_batch_s"] for r in rs)[len(rs) // 2]
-        result[name] = {
-            "rows_per_s": round(args.rows / median),
-            "best_rows_per_s": round(args.rows / seconds[0]),
-            "median_s": round(median, 3),
-            "seconds": [round(r["seconds"], 2) for r in rs],
-            "first_batch_s": round(first, 3),
-            "steady_s": round(steady, 3),
-            "steady_rows_per_s": round(rs[-1]["steady_rows"] / steady) if steady else None,
-            "batches": last["batches"],
-            "output_rows": last["output_rows"],
-            "duration_ms": last["duration_ms"],
-            "metrics": last["metrics"],
-        }
+    return runs
+
+
+def summary(rs: list[dict[str, Any]], rows: int) -> dict[str, Any]:
+    """One engine's runs: medians (total, first batch, steady state) and the last
+    run's batches, output and Spark phases."""
+    seconds = sorted(r["seconds"] for r in rs)
+    median = seconds[len(seconds) // 2]
+    steady = sorted(r["steady_s"] for r in rs)[len(rs) // 2]
+    first = sorted(r["first_batch_s"] for r in rs)[len(rs) // 2]
+    last = rs[-1]
+    return {
+        "rows_per_s": round(rows / median),
+        "median_s": round(median, 3),
+        "seconds": [round(r["seconds"], 2) for r in rs],
+        "first_batch_s": round(first, 3),
+        "steady_s": round(steady, 3),
+        "steady_rows_per_s": round(last["steady_rows"] / steady) if steady else None,
+        "batches": last["batches"],
+        "output_rows": last["output_rows"],
+        "duration_ms": last["duration_ms"],
+    }
+
+
+def with_ratios(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with headwater's rows per second over native's (total and steady)."""
     if "native" in result and "headwater" in result:
         hw, native = result["headwater"], result["native"]
         result["ratio"] = round(hw["rows_per_s"] / native["rows_per_s"], 3)

@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from pathlib import Path
 from headwater.hybrid.pipeline import Query
 from headwater.hybrid.sparkrun import Source, spark_session, start, stream_query
 from headwater.model.slack import SlackStrategy
+from headwater.runners.spark.isolated import run_isolated
 
 PREFIX = "HEADWATER_THROUGHPUT "
 
@@ -136,26 +135,13 @@ def run_job(job: ThroughputJob, timeout: float = 3600) -> dict:
     path = Path(job.work) / "job.pkl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(job))
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS")}
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     cmd = [sys.executable, "-m", "headwater.hybrid.throughput", str(path)]
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    lines = [line for line in out.splitlines() if line.startswith(PREFIX)]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"throughput on {job.master} failed ({proc.returncode}):\n{err[-3000:]}")
+    done = run_isolated(cmd, timeout=timeout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(PREFIX)]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"throughput on {job.master} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+        )
     return json.loads(lines[-1][len(PREFIX) :])
 
 

@@ -62,7 +62,6 @@ import pyarrow as pa
 from sqlglot import exp
 
 from headwater.model.combiners import CombineFn
-from headwater.model.panes import Accumulation
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
@@ -190,16 +189,7 @@ def compile_aggregate(plan: QueryPlan) -> AggregatePlan:
     rows = calls[("count", KEEP)].name if shape.where is not None else None
     projection = _pre_projection(shape, types, args, stamps)
     aggregations = {c.name: (c.combiner(), c.arg) for c in calls.values()}
-    strategy = WindowingStrategy(
-        window_fn=plan.window_fn,
-        trigger=plan.emit.trigger(),
-        # Merging windows (sessions) retract the groups they merge away.
-        accumulation=Accumulation.RETRACTING
-        if plan.window_fn.is_merging
-        else Accumulation.ACCUMULATING,
-        allowed_lateness=plan.allowed_lateness,
-        retention=plan.emit.retention(),
-    )
+    strategy = plan.windowing()
     maintainer = AggregateMaintainer.build(
         plan,
         shape,

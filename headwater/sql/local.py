@@ -22,7 +22,6 @@ import pyarrow as pa
 from sqlglot import exp
 
 from headwater.model.combiners import ToList
-from headwater.model.panes import Accumulation
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
@@ -197,16 +196,7 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
-    strategy = WindowingStrategy(
-        window_fn=plan.window_fn,
-        trigger=plan.emit.trigger(),
-        # Merging windows (sessions) retract the groups they merge away.
-        accumulation=Accumulation.RETRACTING
-        if plan.window_fn.is_merging
-        else Accumulation.ACCUMULATING,
-        allowed_lateness=plan.allowed_lateness,
-        retention=plan.emit.retention(),
-    )
+    strategy = plan.windowing()
     return SqlPlan(plan, strategy, {u: (ToList(), u) for u in union}, tuple(layouts), maintainer)
 
 

@@ -17,6 +17,8 @@ from datetime import timedelta
 
 from sqlglot import exp
 
+from headwater.model.panes import Accumulation
+from headwater.model.strategy import WindowingStrategy
 from headwater.model.windows import FixedWindows, Sessions, SlidingWindows, WindowFn
 from headwater.sql.catalog import Catalog, Table
 from headwater.sql.dialect import WindowTVF, position
@@ -43,6 +45,19 @@ class QueryPlan:
     streams: tuple[Table, ...]
     tables: tuple[Table, ...]
     allowed_lateness: int
+
+    def windowing(self) -> WindowingStrategy:
+        """The model's windowing of the query's event-time groups: its window, the
+        EMIT trigger and retention, accumulating (retracting for merging windows,
+        so that the groups a merge takes away are withdrawn)."""
+        merging = self.window_fn.is_merging
+        return WindowingStrategy(
+            window_fn=self.window_fn,
+            trigger=self.emit.trigger(),
+            accumulation=Accumulation.RETRACTING if merging else Accumulation.ACCUMULATING,
+            allowed_lateness=self.allowed_lateness,
+            retention=self.emit.retention(),
+        )
 
     @property
     def is_stream(self) -> bool:

@@ -6,10 +6,8 @@ and restarted from its checkpoint ends with the same results."""
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from headwater.model.slack import FixedSlack, MaxDelaySlack
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.windows import SlidingWindows
 from headwater.runners.local import run_frame
+from headwater.runners.spark.isolated import run_isolated
 from headwater.runners.spark.streaming import run_streaming, start_streaming
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -199,22 +198,8 @@ def _run_until_killed(case, source, work: Path, crash_at: int) -> str:
         "marker": str(work / "killed"),
     }
     (work / "job.pkl").write_bytes(pickle.dumps(job))
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS")}
-    proc = subprocess.Popen(
-        [sys.executable, str(JOB), str(work / "job.pkl")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the job was not killed:\n{err[-3000:]}"
+    done = run_isolated([sys.executable, str(JOB), str(work / "job.pkl")], timeout=600)
+    assert done.returncode == -signal.SIGKILL, f"the job was not killed:\n{done.stderr[-3000:]}"
     return (work / "killed").read_text()
 
 
