@@ -3,9 +3,10 @@
 # headwater installed in editable mode plus its test extras.
 #
 # Idempotent and fast when nothing changed: the pip install is skipped when
-# pyproject.toml is unchanged since the last successful install and the venv
-# still imports headwater from this checkout. Set HEADWATER_FORCE_SETUP=1 to
-# reinstall anyway. Exports nothing; callers use .venv/bin/* directly.
+# pyproject.toml and requirements.lock are unchanged since the last successful
+# install (the lock pins every package's version) and the venv still imports
+# headwater from this checkout. Set HEADWATER_FORCE_SETUP=1 to reinstall anyway.
+# Exports nothing; callers use .venv/bin/* directly.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,7 +55,7 @@ fi
 
 # --- headwater (editable) + test extras ---------------------------------------
 stamp=.venv/.headwater-setup.sha256
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)"
 have="$(cat "$stamp" 2>/dev/null || true)"
 # The installed package must resolve to this checkout (guards against a venv copied
 # from elsewhere or an uninstalled package).
@@ -71,8 +72,8 @@ PY
 if [ "${HEADWATER_FORCE_SETUP:-0}" != "1" ] && [ "$want" = "$have" ] && (cd /tmp && installed_here); then
   log "environment up to date"
 else
-  log "pip install -e '.[test]'"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  log "pip install -c requirements.lock -e '.[test]'"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[test]'
   echo "$want" > "$stamp"
   log "done"
 fi

@@ -264,7 +264,7 @@ def _pre_projection(shape: Shape, types, args, stamps: set[str]) -> Projection:
     """Each engine's expressions of the key, the WHERE flag and the aggregates'
     arguments (NULL where a row fails WHERE; timestamps as epoch ms)."""
     where = shape.where
-    millis = {"duckdb": "epoch_ms({})", "spark": "unix_millis({})"}
+    millis = {"duckdb": "epoch_ms(CAST({} AS TIMESTAMP))", "spark": "unix_millis({})"}
     key: dict[str, str] = {}
     arg_sql: dict[str, dict[str, str]] = {}
     for engine in ("duckdb", "spark"):

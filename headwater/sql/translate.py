@@ -50,7 +50,7 @@ TARGETS: dict[str, Target] = {
     "duckdb": Target(
         dialect="duckdb",
         quote='"',
-        millis="epoch_ms({t})",
+        millis="epoch_ms(CAST({t} AS TIMESTAMP))",
         timestamp="epoch_ms(CAST({m} AS BIGINT))",
         pmod="((({a}) % ({n})) + ({n})) % ({n})",
         series="unnest(generate_series({lo}, {hi}, {step})) AS __hw_g(__hw_s)",
