@@ -78,3 +78,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "beam" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Print how many bad-input cases ran (tests/bad_input/: one case a test id)."""
+    outcomes: dict[str, int] = {}
+    for outcome in ("passed", "failed", "skipped", "xfailed", "xpassed", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "tests/bad_input/" in getattr(report, "nodeid", "") and report.when in (
+                "call",
+                "setup",
+            ):
+                if outcome == "skipped" or report.when == "call":
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    if outcomes:
+        total = sum(outcomes.values())
+        parts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+        terminalreporter.write_line(f"bad-input cases: {total} ({parts})")
