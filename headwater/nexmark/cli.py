@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         help="arrival-time interval between the replay files' watermarks",
     )
     gen.add_argument(
+        "--step-ms",
+        type=int,
+        default=100,
+        help="the replay files' processing-time step: arrivals rounded up to it",
+    )
+    gen.add_argument(
         "--rate", type=int, default=10_000, help="events per second of event time (first rate)"
     )
     gen.add_argument("--base-time", default=BASE_TIME, help="event time of the first event")
@@ -63,7 +69,14 @@ def main(argv: list[str] | None = None) -> int:
             out_of_order_ms=args.out_of_order_ms,
         )
         events = generate(config)
-        written = write(events, args.out, formats, args.events_per_file, args.watermark_every_ms)
+        written = write(
+            events,
+            args.out,
+            formats,
+            args.events_per_file,
+            args.watermark_every_ms,
+            args.step_ms,
+        )
     except ValueError as exc:
         print(f"headwater nexmark: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,8 @@
   that a Spark file stream reading the three directories in order sees the
   events in arrival order, N events per step.
 * ``replay``: ``DIR/<table>.jsonl`` in the format of :mod:`headwater.sql.replay`:
-  each row at its arrival time (``ptime``, epoch ms) and, every
+  each row at its arrival time rounded up to a step of ``step_ms`` (``ptime``,
+  epoch ms: the rows of one step are one micro-batch) and, every
   ``watermark_every_ms`` of arrival time, the watermark the generator knows to be
   exact (``ptime - out_of_order_ms - 1``: no later event is older), then a last
   watermark after all events that closes every window.
@@ -38,6 +39,7 @@ def write(
     formats=FORMATS,
     events_per_file: int = 10_000,
     watermark_every_ms: int = 1000,
+    step_ms: int = 100,
 ) -> dict[str, list[str]]:
     """Write ``events`` under ``out`` in ``formats``; format -> the paths written."""
     unknown = sorted(set(formats) - set(FORMATS))
@@ -48,13 +50,14 @@ def write(
     if "parquet" in formats:
         written["parquet"] = write_parquet(events, out, events_per_file)
     if "replay" in formats:
-        written["replay"] = write_replay(events, out, watermark_every_ms)
+        written["replay"] = write_replay(events, out, watermark_every_ms, step_ms)
     if "csv" in formats:
         written["csv"] = write_csv(events, out)
     return written
 
 
 def write_parquet(events: NexmarkEvents, out, events_per_file: int) -> list[str]:
+    """One directory per table, file k holding arrival positions [k*N, (k+1)*N)."""
     if events_per_file <= 0:
         raise ValueError(f"events_per_file must be > 0, not {events_per_file}")
     files = max(1, -(-events.events // events_per_file))
@@ -71,13 +74,25 @@ def write_parquet(events: NexmarkEvents, out, events_per_file: int) -> list[str]
     return paths
 
 
-def replay_lines(events: NexmarkEvents, name: str, watermark_every_ms: int) -> pa.Array:
-    """The replay file of table ``name`` as JSON lines (one string per line)."""
+def steps(times: np.ndarray, step_ms: int) -> np.ndarray:
+    """Arrival times rounded up to a multiple of ``step_ms`` (the step that sees them)."""
+    if step_ms <= 0:
+        raise ValueError(f"step_ms must be > 0, not {step_ms}")
+    return -(-np.asarray(times, dtype=np.int64) // step_ms) * step_ms
+
+
+def replay_lines(
+    events: NexmarkEvents, name: str, watermark_every_ms: int, step_ms: int = 1
+) -> pa.Array:
+    """The replay file of table ``name`` as JSON lines (one string per line). A
+    watermark's step comes after every row that arrived before it (rows first
+    within a step), so it stays exact."""
     table = events.tables[name]
-    arrival = events.arrival[name]
+    arrival = steps(events.arrival[name], step_ms)
     rows = _json_objects(table)
     lines = join_strings('{"ptime": ', _ints(arrival), ', "row": ', rows, "}")
     marks_at, marks = watermarks(events, watermark_every_ms)
+    marks_at = steps(marks_at, step_ms)
     mark_lines = join_strings('{"ptime": ', _ints(marks_at), ', "watermark": ', _ints(marks), "}")
     # Rows before the watermark of the same ptime (one step: rows, then its watermark).
     order = np.lexsort(
@@ -99,10 +114,10 @@ def watermarks(events: NexmarkEvents, every_ms: int) -> tuple[np.ndarray, np.nda
     return np.r_[at, last + 1], np.r_[marks, end]
 
 
-def write_replay(events: NexmarkEvents, out, watermark_every_ms: int) -> list[str]:
+def write_replay(events: NexmarkEvents, out, watermark_every_ms: int, step_ms: int) -> list[str]:
     paths = []
     for name in events.tables:
-        lines = replay_lines(events, name, watermark_every_ms)
+        lines = replay_lines(events, name, watermark_every_ms, step_ms)
         path = Path(out) / f"{name}.jsonl"
         _write_lines(lines, path)
         paths.append(str(path))

@@ -14,7 +14,7 @@ import pytest
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.cli import main
 from headwater.nexmark.config import BASE_TIME
-from headwater.nexmark.output import write
+from headwater.nexmark.output import steps, write
 from headwater.sql.replay import read_replay
 
 N = 50_000
@@ -126,7 +126,7 @@ def test_out_of_order_arrival_is_bounded_and_seeded(events, shuffled):
 
 
 def test_files(tmp_path, shuffled):
-    written = write(shuffled, tmp_path, events_per_file=7000, watermark_every_ms=500)
+    written = write(shuffled, tmp_path, events_per_file=7000, watermark_every_ms=500, step_ms=30)
     assert len(written["parquet"]) == 3 * 8
     for name, table in shuffled.tables.items():
         parts = sorted((tmp_path / name).glob("*.parquet"))
@@ -140,7 +140,9 @@ def test_files(tmp_path, shuffled):
         )
         frame = replay.frame
         assert len(frame) == table.num_rows
-        np.testing.assert_array_equal(frame["__ptime"].to_numpy(), shuffled.arrival[name])
+        ptime = frame["__ptime"].to_numpy()
+        assert (ptime >= shuffled.arrival[name]).all() and (ptime % 30 == 0).all()
+        np.testing.assert_array_equal(ptime, steps(shuffled.arrival[name], 30))
         # The watermarks are exact: no row arriving after one is older than it.
         times = frame["dateTime"].astype("int64").to_numpy() // 1_000_000
         for ptime, mark in replay.watermarks.itertuples(index=False):
