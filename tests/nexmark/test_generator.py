@@ -4,6 +4,8 @@ seeded reproducibility; out-of-order arrival; the files it writes."""
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headwater.cli import main as cli_main
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.cli import main
 from headwater.nexmark.config import BASE_TIME
@@ -143,10 +146,11 @@ def test_files(tmp_path, shuffled):
         ptime = frame["__ptime"].to_numpy()
         assert (ptime >= shuffled.arrival[name]).all() and (ptime % 30 == 0).all()
         np.testing.assert_array_equal(ptime, steps(shuffled.arrival[name], 30))
-        # The watermarks are exact: no row arriving after one is older than it.
+        # The watermarks are exact: no row of a later step is older than one (the
+        # rows of its own step are before it: a step's watermark follows its rows).
         times = frame["dateTime"].astype("int64").to_numpy() // 1_000_000
-        for ptime, mark in replay.watermarks.itertuples(index=False):
-            later = times[frame["__ptime"].to_numpy() >= ptime]
+        for at, mark in replay.watermarks.itertuples(index=False):
+            later = times[ptime > at]
             assert later.size == 0 or later.min() > mark
         assert replay.watermarks["watermark"].iloc[-1] > times.max()
     per_file = np.zeros(8, dtype=int)
@@ -164,3 +168,33 @@ def test_cli(tmp_path, capsys):
     assert "generated 500 events (person 10, auction 30, bid 460)" in out and "events/s" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["auction", "bid", "person"]
     assert main(["generate", "--events", "5", "--out", str(tmp_path), "--format", "xml"]) == 2
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "nexmark.md"
+
+
+def _doc_commands(prefix: str) -> list[list[str]]:
+    return [
+        shlex.split(line[2:])[1:]
+        for line in DOC.read_text().splitlines()
+        if line.startswith(f"$ headwater {prefix}")
+    ]
+
+
+def test_docs_generate_command_runs_as_written(tmp_path, monkeypatch, capsys):
+    commands = _doc_commands("nexmark generate")
+    assert commands
+    monkeypatch.chdir(tmp_path)
+    for argv in commands:
+        assert cli_main(argv) == 0
+    assert "events/s" in capsys.readouterr().out
+    assert (tmp_path / "tmp" / "nexmark" / "bid.jsonl").exists()
+
+
+def test_docs_bench_commands_parse():
+    from headwater.bench.nexmark import parse_args
+
+    commands = _doc_commands("bench nexmark")
+    assert commands
+    for argv in commands:
+        parse_args(argv[2:])
