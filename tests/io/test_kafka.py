@@ -330,3 +330,37 @@ def test_decode_rules():
         [7, "malformed", "ts: not a timestamp"],
         [8, "malformed", "not a JSON object"],
     ]
+
+
+def test_sink_messages_from_panes_and_a_sql_changelog():
+    """The message rules without a broker: the last change per key (upsert), the
+    ``op`` of every change (changelog), a retraction without replacement."""
+    w0, w1 = pd.Timestamp(0, tz="UTC"), pd.Timestamp(10_000, tz="UTC")
+    panes = pd.DataFrame(
+        {
+            "user": ["a", "a", "a", "b", "b"],
+            "window_start": [w0] * 5,
+            "window_end": [w1] * 5,
+            "total": [1, 1, 8, 2, 2],
+            "pane_index": [0, 0, 1, 0, 0],
+            "is_retraction": [False, True, False, False, True],
+        }
+    )
+    upsert = KafkaSink("t", "unused").messages(panes.iloc[::-1])  # order comes from the rows
+    by_key = {json.loads(k)["user"]: v for k, v in zip(upsert["key"], upsert["value"], strict=True)}
+    assert json.loads(by_key["a"])["total"] == 8
+    assert json.loads(by_key["a"])["window_start"] == "1970-01-01T00:00:00.000Z"
+    assert by_key["b"] is None  # withdrawn with no replacement: a tombstone
+    changes = KafkaSink("t", "unused", mode="changelog").messages(panes)
+    ops = [(json.loads(k)["user"], json.loads(v)["op"]) for k, v in changes.values]
+    assert ops == [("a", "+I"), ("b", "+I"), ("a", "-U"), ("b", "-D"), ("a", "+U")]
+
+    sql = pd.DataFrame(
+        {"window_end": [1, 1, 1], "total": [2.0, 2.0, 6.0], "undo": [False, True, False]}
+    ).assign(ptime=[5, 7, 7], ver=[0, 1, 2])
+    with pytest.raises(ValueError, match="key="):
+        KafkaSink("t", "unused").messages(sql)
+    changes = KafkaSink("t", "unused", mode="changelog", key=["window_end"]).messages(sql)
+    assert [json.loads(v)["op"] for v in changes["value"]] == ["+I", "-U", "+U"]
+    upsert = KafkaSink("t", "unused", key=["window_end"]).messages(sql)
+    assert [json.loads(v)["total"] for v in upsert["value"]] == [6.0]
