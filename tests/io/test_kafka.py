@@ -364,3 +364,58 @@ def test_sink_messages_from_panes_and_a_sql_changelog():
     assert [json.loads(v)["op"] for v in changes["value"]] == ["+I", "-U", "+U"]
     upsert = KafkaSink("t", "unused", key=["window_end"]).messages(sql)
     assert [json.loads(v)["total"] for v in upsert["value"]] == [6.0]
+
+
+def test_sql_script_reads_kafka_and_writes_upsert_kafka(bootstrap):
+    """Flink's DDL: a 'kafka' source and an 'upsert-kafka' sink (local runner); the
+    sink's topic read back equals the query's final table."""
+    from headwater.sql.errors import SqlError
+    from headwater.sql.script import run_script
+
+    bids, totals = _topic(bootstrap), _topic(bootstrap, partitions=2)
+    minute = 60_000
+    phases = [
+        [(1, 4.0, "a"), (3, 2.0, "b"), (12, 5.0, "c"), (16, 1.0, "f")],  # watermark 8:11
+        [(7, 1.0, "d"), (25, 3.0, "e")],  # 8:07 late, within lateness: [8:00, 8:10) changes
+    ]
+    base = int(time.time() * 1000)
+    for p, rows in enumerate(phases):
+        values = [
+            json.dumps({"bidtime": _ts(8 * 60 * minute + m * minute), "price": x, "item": i})
+            for m, x, i in rows
+        ]
+        _produce(bootstrap, bids, values, base + 1000 * p)
+    servers = f"'properties.bootstrap.servers' = '{bootstrap}'"
+    source = (
+        "CREATE TABLE Bid (bidtime TIMESTAMP, price DOUBLE, item VARCHAR, "
+        "WATERMARK FOR bidtime AS bidtime - INTERVAL '5' MINUTES) "
+        f"WITH ('connector' = 'kafka', 'topic' = '{bids}', {servers}, "
+        "'scan.startup.mode' = 'earliest-offset', 'format' = 'json', "
+        "'allowed_lateness' = '10 minutes'{extra});\n"
+    )
+    query = (
+        "SELECT window_start, window_end, SUM(price) AS total FROM TABLE(TUMBLE(TABLE Bid, "
+        "DESCRIPTOR(bidtime), INTERVAL '10' MINUTES)) GROUP BY window_start, window_end"
+    )
+    script = (
+        source.format(extra="")
+        + "CREATE TABLE Totals (window_start TIMESTAMP, window_end TIMESTAMP, total DOUBLE) "
+        f"WITH ('connector' = 'upsert-kafka', 'topic' = '{totals}', {servers}, "
+        "'key.fields' = 'window_start;window_end', 'format' = 'json');\n"
+        f"INSERT INTO Totals {query} EMIT STREAM;\n{query};"
+    )
+    (result,) = list(run_script(script))
+    expected = sorted(
+        (str(s.isoformat()), float(t))
+        for s, t in zip(result["window_start"], result["total"], strict=True)
+    )
+    assert len(expected) == 3
+    table = read_upserts(totals, bootstrap)
+    got = sorted(
+        (pd.Timestamp(s).tz_localize(None).isoformat(), float(t))
+        for s, t in zip(table["window_start"], table["total"], strict=True)
+    )
+    assert got == expected
+    assert (pd.Timestamp("1970-01-01T08:00:00").isoformat(), 7.0) in got  # the late update
+    with pytest.raises(SqlError, match="unknown option 'scan.bounded.mode'"):
+        list(run_script(source.format(extra=", 'scan.bounded.mode' = 'latest-offset'") + query))
