@@ -419,3 +419,27 @@ def test_sql_script_reads_kafka_and_writes_upsert_kafka(bootstrap):
     assert (pd.Timestamp("1970-01-01T08:00:00").isoformat(), 7.0) in got  # the late update
     with pytest.raises(SqlError, match="unknown option 'scan.bounded.mode'"):
         list(run_script(source.format(extra=", 'scan.bounded.mode' = 'latest-offset'") + query))
+
+
+@pytest.mark.spark
+def test_spark_source_caps_micro_batches(spark, bootstrap, tmp_path):
+    """max_offsets_per_trigger reaches Spark's source: 7 records, at most 3 a batch."""
+    if cached_spark_jars() is None:
+        pytest.fail("Spark's Kafka connector is not resolved: run bash scripts/kafka.sh")
+    topic = _topic(bootstrap)
+    _produce(
+        bootstrap, topic, [_event("a", 1000 * i, i) for i in range(7)], int(time.time() * 1000)
+    )
+    stream = hw.from_kafka(
+        topic, bootstrap, schema=SCHEMA, event_time="ts", spark=spark, max_offsets_per_trigger=3
+    )
+    query = (
+        stream.df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(rows) == 7 and max(rows) <= 3 and len(rows) >= 3
