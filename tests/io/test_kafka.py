@@ -367,13 +367,17 @@ def test_sink_messages_from_panes_and_a_sql_changelog():
     assert [json.loads(v)["total"] for v in upsert["value"]] == [6.0]
 
 
-def test_sql_script_reads_kafka_and_writes_upsert_kafka(bootstrap):
-    """Flink's DDL: a 'kafka' source and an 'upsert-kafka' sink (local runner); the
-    sink's topic read back equals the query's final table."""
-    from headwater.sql.errors import SqlError
-    from headwater.sql.script import run_script
+SQL_QUERY = (
+    "SELECT window_start, window_end, SUM(price) AS total FROM TABLE(TUMBLE(TABLE Bid, "
+    "DESCRIPTOR(bidtime), INTERVAL '10' MINUTES)) GROUP BY window_start, window_end"
+)
 
-    bids, totals = _topic(bootstrap), _topic(bootstrap, partitions=2)
+
+@pytest.fixture(scope="module")
+def bids(bootstrap) -> str:
+    """A topic of bids in two phases; its 'kafka' source declaration (``{extra}``:
+    more options). 8:07 arrives after the watermark passed 8:10, within lateness."""
+    topic = _topic(bootstrap)
     minute = 60_000
     phases = [
         [(1, 4.0, "a"), (3, 2.0, "b"), (12, 5.0, "c"), (16, 1.0, "f")],  # watermark 8:11
@@ -385,41 +389,67 @@ def test_sql_script_reads_kafka_and_writes_upsert_kafka(bootstrap):
             json.dumps({"bidtime": _ts(8 * 60 * minute + m * minute), "price": x, "item": i})
             for m, x, i in rows
         ]
-        _produce(bootstrap, bids, values, base + 1000 * p)
-    servers = f"'properties.bootstrap.servers' = '{bootstrap}'"
-    source = (
+        _produce(bootstrap, topic, values, base + 1000 * p)
+    return (
         "CREATE TABLE Bid (bidtime TIMESTAMP, price DOUBLE, item VARCHAR, "
         "WATERMARK FOR bidtime AS bidtime - INTERVAL '5' MINUTES) "
-        f"WITH ('connector' = 'kafka', 'topic' = '{bids}', {servers}, "
+        f"WITH ('connector' = 'kafka', 'topic' = '{topic}', "
+        f"'properties.bootstrap.servers' = '{bootstrap}', "
         "'scan.startup.mode' = 'earliest-offset', 'format' = 'json', "
         "'allowed_lateness' = '10 minutes'{extra});\n"
     )
-    query = (
-        "SELECT window_start, window_end, SUM(price) AS total FROM TABLE(TUMBLE(TABLE Bid, "
-        "DESCRIPTOR(bidtime), INTERVAL '10' MINUTES)) GROUP BY window_start, window_end"
-    )
+
+
+def _sql_upserts(bids: str, bootstrap: str, **options) -> tuple[list, list]:
+    """Run the script (INSERT INTO an upsert-kafka sink, then the plain query):
+    ``(the query's final table, the sink's topic read back)``."""
+    from headwater.sql.script import run_script
+
+    totals = _topic(bootstrap, partitions=2)
     script = (
-        source.format(extra="")
+        bids.format(extra="")
         + "CREATE TABLE Totals (window_start TIMESTAMP, window_end TIMESTAMP, total DOUBLE) "
-        f"WITH ('connector' = 'upsert-kafka', 'topic' = '{totals}', {servers}, "
+        f"WITH ('connector' = 'upsert-kafka', 'topic' = '{totals}', "
+        f"'properties.bootstrap.servers' = '{bootstrap}', "
         "'key.fields' = 'window_start;window_end', 'format' = 'json');\n"
-        f"INSERT INTO Totals {query} EMIT STREAM;\n{query};"
+        f"INSERT INTO Totals {SQL_QUERY} EMIT STREAM;\n{SQL_QUERY};"
     )
-    (result,) = list(run_script(script))
-    expected = sorted(
-        (str(s.isoformat()), float(t))
+    (result,) = list(run_script(script, **options))
+    final = sorted(
+        (pd.Timestamp(s).isoformat(), float(t))
         for s, t in zip(result["window_start"], result["total"], strict=True)
     )
-    assert len(expected) == 3
     table = read_upserts(totals, bootstrap)
-    got = sorted(
+    topic = sorted(
         (pd.Timestamp(s).tz_localize(None).isoformat(), float(t))
         for s, t in zip(table["window_start"], table["total"], strict=True)
     )
-    assert got == expected
-    assert (pd.Timestamp("1970-01-01T08:00:00").isoformat(), 7.0) in got  # the late update
+    return final, topic
+
+
+#: The final totals per window (8:00 includes the late 8:07).
+SQL_FINAL = [
+    ("1970-01-01T08:00:00", 7.0),
+    ("1970-01-01T08:10:00", 6.0),
+    ("1970-01-01T08:20:00", 3.0),
+]
+
+
+def test_sql_script_reads_kafka_and_writes_upsert_kafka(bootstrap, bids):
+    """Flink's DDL: a 'kafka' source and an 'upsert-kafka' sink on the local runner;
+    the sink's topic read back equals the query's final table."""
+    from headwater.sql.errors import SqlError
+    from headwater.sql.script import run_script
+
+    assert _sql_upserts(bids, bootstrap) == (SQL_FINAL, SQL_FINAL)
     with pytest.raises(SqlError, match="unknown option 'scan.bounded.mode'"):
-        list(run_script(source.format(extra=", 'scan.bounded.mode' = 'latest-offset'") + query))
+        list(run_script(bids.format(extra=", 'scan.bounded.mode' = 'latest-offset'") + SQL_QUERY))
+
+
+@pytest.mark.spark
+def test_sql_script_on_spark(spark, bootstrap, bids):
+    """The same script on the Spark runner: the same table, the same topic."""
+    assert _sql_upserts(bids, bootstrap, runner="spark", spark=spark) == (SQL_FINAL, SQL_FINAL)
 
 
 @pytest.mark.spark
