@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,17 +309,7 @@ def consume(source: KafkaSource, timeout: float = 30.0) -> pd.DataFrame:
         messages = []
         if assignment:
             consumer.assign(assignment)
-            remaining = sum(ends[tp.partition] - tp.offset for tp in assignment)
-            while remaining > 0:
-                batch = consumer.consume(num_messages=min(remaining, 10_000), timeout=timeout)
-                if not batch:
-                    raise TimeoutError(f"Kafka topic {source.topic!r}: no records in {timeout}s")
-                for m in batch:
-                    if m.error() is not None:
-                        raise ValueError(f"Kafka topic {source.topic!r}: {m.error()}")
-                batch = [m for m in batch if m.offset() < ends[m.partition()]]
-                messages.extend(batch)
-                remaining -= len(batch)
+            messages = _drain(consumer, source.topic, ends, timeout)
     finally:
         consumer.close()
     frame = pd.DataFrame(
@@ -333,6 +324,30 @@ def consume(source: KafkaSource, timeout: float = 30.0) -> pd.DataFrame:
     )
     order = ["kafka_timestamp", "kafka_partition", "kafka_offset"]
     return frame.sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def _drain(consumer: Any, topic: str, ends: dict[int, int], timeout: float) -> list:
+    """The assigned partitions' records below ``ends``: read until every position
+    reaches its end offset (offsets may have gaps: transaction markers, compaction)."""
+    from confluent_kafka import TopicPartition
+
+    messages: list = []
+    pending = set(ends)
+    deadline = time.monotonic() + timeout
+    while pending:
+        batch = consumer.consume(num_messages=10_000, timeout=1.0)
+        for m in batch:
+            if m.error() is not None:
+                raise ValueError(f"Kafka topic {topic!r}: {m.error()}")
+        messages.extend(m for m in batch if m.offset() < ends[m.partition()])
+        positions = consumer.position([TopicPartition(topic, p) for p in pending])
+        left = {tp.partition for tp in positions if tp.offset < ends[tp.partition]}
+        if batch or left != pending:
+            deadline = time.monotonic() + timeout
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"Kafka topic {topic!r}: no progress in {timeout}s")
+        pending = left
+    return messages
 
 
 def _text(b: bytes | None) -> str | None:
