@@ -16,7 +16,8 @@
 # the result goes to stdout; logs go to stderr and $dir/server.log.
 #
 # Spark's connector: org.apache.spark:spark-sql-kafka-0-10_2.13 at $HEADWATER_SPARK_KAFKA
-# (default 4.2.0, the newest Maven Central serves: 4.3.0 is not published there) and its
+# (default 4.2.0, the pinned PySpark's version: the newest whose connector Maven
+# Central serves; 4.3.0's is not published there) and its
 # own dependencies not already in pyspark's jars (spark-token-provider-kafka-0-10,
 # kafka-clients, commons-pool2).
 set -euo pipefail

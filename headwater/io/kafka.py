@@ -33,7 +33,8 @@ from typing import Any
 
 import pandas as pd
 
-#: Spark's connector: 4.3.0 is not on Maven Central; 4.2.0 is the newest served.
+#: Spark's connector, of the pinned PySpark's version (pyproject.toml pins 4.2.0, the
+#: newest PySpark whose connector Maven Central serves: 4.3.0's is not published).
 CONNECTOR_VERSION = "4.2.0"
 
 #: The dead-letter columns of a record that could not be decoded.

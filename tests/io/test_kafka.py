@@ -16,6 +16,7 @@ import json
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -474,3 +475,15 @@ def test_spark_source_caps_micro_batches(spark, bootstrap, tmp_path):
     assert query.exception() is None, query.exception()
     rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sum(rows) == 7 and max(rows) <= 3 and len(rows) >= 3
+
+
+def test_the_connector_is_of_the_pinned_pyspark_version():
+    """Spark's Kafka connector must match the Spark it runs in (scripts/kafka.sh's
+    default and headwater.io.kafka agree with the installed PySpark)."""
+    from importlib.metadata import version
+
+    from headwater.io.kafka import CONNECTOR_VERSION
+
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh").read_text()
+    assert CONNECTOR_VERSION == version("pyspark")
+    assert f'connector="${{HEADWATER_SPARK_KAFKA:-{CONNECTOR_VERSION}}}"' in script
