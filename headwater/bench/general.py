@@ -29,7 +29,8 @@ shared machine, the CPU time is the steadier one):
 
 After one untimed warm-up run, each case runs per group and batched in the
 same process (``--per-group`` or ``--batched``: only that one), checks that
-both changelogs are equal, and prints the times and ``cpu_ratio = per-group CPU time / batched CPU time``.
+both changelogs are equal, and prints the times and
+``cpu_ratio = per-group CPU time / batched CPU time``.
 """
 
 from __future__ import annotations
