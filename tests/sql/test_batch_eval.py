@@ -65,6 +65,8 @@ OWN = {
     f"B.price >= (SELECT AVG(A.price) FROM {ASK} A WHERE {SAME} GROUP BY A.wstart, A.wend)",
     "count_subquery": f"SELECT B.wstart, B.item FROM {BID} B WHERE 1 < (SELECT COUNT(*) "
     f"FROM {ASK} A WHERE {SAME} AND A.item = B.item GROUP BY A.wstart, A.wend)",
+    "cte_scalar": f"WITH a AS (SELECT wstart, wend, price FROM {ASK}) SELECT B.wstart, B.item, "
+    f"B.price FROM {BID} B WHERE B.price >= (SELECT AVG(a.price) FROM a WHERE a.wend = B.wend)",
     "correlated_limit": f"SELECT B.wstart, B.item, (SELECT A.price FROM {ASK} A WHERE {SAME} "
     "ORDER BY A.price DESC NULLS LAST, A.item LIMIT 1) AS best FROM " + BID + " B",
     "window_no_partition": "SELECT wstart, wend, item, price, COUNT(*) OVER () AS n, "
