@@ -6,7 +6,8 @@ prints the ratio (DESIGN.md: performance claims are ratios): ``batch`` and
 ``streaming`` against the Spark-native equivalent, ``sql`` (a windowed-aggregate
 SQL query, bounded and streaming) against the hand-written native Spark query,
 ``core`` (the local runner's column-wise reducer) against Beam's Python direct
-runner on the same timeline.
+runner on the same timeline, ``general`` (the SQL general path, a step's groups
+by one DuckDB query) against one query per group.
 """
 
 from __future__ import annotations

@@ -168,10 +168,11 @@ class SqlPlan:
     maintainer: GroupMaintainer
 
 
-def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
+def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True) -> SqlPlan:
     """The query's streaming plan. A plain windowed aggregate compiles to the fast
     path (:mod:`headwater.sql.aggregate`: combiners, one projection per step)
-    unless ``fast`` is False (default: on, off within ``general_path()``)."""
+    unless ``fast`` is False (default: on, off within ``general_path()``). The
+    general path evaluates a step's groups by one query unless ``batched`` is False."""
     if enabled() if fast is None else fast:
         fast_plan = try_compile(plan)
         if isinstance(fast_plan, AggregatePlan):
@@ -189,15 +190,19 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None) -> SqlPlan:
                 timestamps=frozenset(c for c, t in types.items() if pa.types.is_timestamp(t)),
             )
         )
-    text = to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode="group")
     tables = {t.name: t.local_frame() for t in plan.tables}
     try:
-        maintainer = GroupMaintainer(text, tuple(layouts), tables, plan.name)
+        maintainer = GroupMaintainer(group_sql(plan), tuple(layouts), tables, plan.name, batched)
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
     strategy = plan.windowing()
     return SqlPlan(plan, strategy, {u: (ToList(), u) for u in union}, tuple(layouts), maintainer)
+
+
+def group_sql(plan: QueryPlan) -> str:
+    """The DuckDB text the general path evaluates per event-time group."""
+    return to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode="group")
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:
@@ -239,14 +244,15 @@ def is_keyed(plan: QueryPlan) -> bool:
 # ------------------------------------------------------------------ replay
 
 
-def run_stream(plan: QueryPlan, as_of: int | None = None) -> SqlRun:
+def run_stream(plan: QueryPlan, as_of: int | None = None, batched: bool = True) -> SqlRun:
     """Replay the query's streams up to processing time ``as_of`` (all when None).
     Corrections from an archive, when a stream asks for them, are applied on top
-    of this run (:func:`headwater.sql.correct.correct`)."""
+    of this run (:func:`headwater.sql.correct.correct`). ``batched``: see
+    :func:`compile_sql`."""
     for table in plan.streams:
         if not table.is_replay:
             raise SqlError(f"table {table.name!r} is a Spark stream: run it with runner='spark'")
-    sql = compile_sql(plan)
+    sql = compile_sql(plan, batched=batched)
     if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
         return SqlRun(*sql.run_local(steps_of, as_of))
     return _replay(sql, as_of)

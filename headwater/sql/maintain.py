@@ -6,13 +6,17 @@ rows travels in the group's state (one ``ToList`` per column). When groups
 fire, :class:`GroupMaintainer` recomputes their result rows with DuckDB
 (the query with its windowing TVFs bound to the group's window) and diffs
 them against what was materialized last (:class:`Materializer`), which yields
-the changelog. The same object runs inside the local runner and inside each
-shard of the Spark streaming runner, whose state store keeps its snapshot;
-``expire`` trims it to the windows the model still holds.
+the changelog. All groups that fire in a step are evaluated by one DuckDB query
+over their rows together (:mod:`headwater.sql.batch`), or, for a query the
+batched form does not cover, one query per group. The same object runs inside
+the local runner and inside each shard of the Spark streaming runner, whose
+state store keeps its snapshot; ``expire`` trims it to the windows the model
+still holds.
 """
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from dataclasses import dataclass
 
@@ -24,6 +28,7 @@ import pyarrow as pa
 from headwater.model.schema import Field
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
+from headwater.sql.batch import GID, BatchQuery, plan_batch
 from headwater.sql.changelog import GROUP_COLUMNS, Materializer
 from headwater.sql.errors import SqlError
 from headwater.sql.translate import GROUP_RELATION
@@ -67,8 +72,18 @@ def _logical(t) -> object:
     return FLOAT64 if isinstance(logical, DecimalType) else logical
 
 
+def _flat(cells: pd.Series) -> np.ndarray:
+    """The values of list cells, one after another (one pass in C)."""
+    total = int(cells.map(len).sum()) if len(cells) else 0
+    return np.fromiter(itertools.chain.from_iterable(cells), dtype=object, count=total)
+
+
 class GroupMaintainer:
-    """The query's result per fired group, and its changelog (a pane transform)."""
+    """The query's result per fired group, and its changelog (a pane transform).
+
+    ``batched``: evaluate the groups of a step by one query when the query's
+    shape allows (:attr:`batch` holds the batched query or why not); False
+    evaluates every group by its own query (the benchmarks' baseline)."""
 
     def __init__(
         self,
@@ -76,6 +91,7 @@ class GroupMaintainer:
         streams: tuple[StreamLayout, ...],
         tables: dict[str, pd.DataFrame],
         name: str,
+        batched: bool = True,
     ) -> None:
         self.text = text
         self.streams = streams
@@ -84,10 +100,27 @@ class GroupMaintainer:
         self._con: duckdb.DuckDBPyConnection | None = None
         self.columns: list[str] = []
         self.types: dict[str, object] = {}
-        relation = self._relation({s.name: self._frame(s, {}, 0) for s in streams}, 0, 0)
+        empty = {s.name: self._frame(s, {}, 0) for s in streams}
+        relation = self._relation(self.text, empty, np.zeros(1), np.zeros(1))
         self.columns = list(relation.columns)
-        types = relation.arrow().schema.types
-        self.types = {c: _logical(t) for c, t in zip(self.columns, types, strict=True)}
+        self.schema = relation.arrow().schema
+        self.types = {c: _logical(t) for c, t in zip(self.columns, self.schema.types, strict=True)}
+        self.batch: BatchQuery | str = "per-group evaluation was asked for"
+        if batched:
+            self.batch = self._checked(plan_batch(text, [s.name for s in streams]), empty)
+
+    def _checked(self, batch: BatchQuery | str, empty: dict[str, pa.Table]) -> BatchQuery | str:
+        """``batch`` if DuckDB binds it to the query's columns and types, then ``__gid``."""
+        if isinstance(batch, str):
+            return batch
+        frames = {n: f.append_column(GID, pa.array([], pa.int64())) for n, f in empty.items()}
+        try:
+            schema = self._relation(batch.text, frames, np.zeros(0), np.zeros(0)).arrow().schema
+        except SqlError as exc:
+            return f"DuckDB does not bind its batched form ({exc})"
+        if schema.names != [*self.columns, GID] or schema.types[:-1] != self.schema.types:
+            return "its batched form has other columns or types than the query"
+        return batch
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -128,56 +161,84 @@ class GroupMaintainer:
         withdrawn = panes["is_retraction"].astype(bool).to_numpy()
         new = panes[~withdrawn].drop_duplicates(_WINDOW, keep="last")
         fired = _groups(new)
-        parts = [self._group(new.iloc[i], *fired.iloc[i]) for i in range(len(new))]
-        results = (
-            pd.concat(parts, ignore_index=True)
-            if parts
-            else pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns])
-        )
+        results = self.results(new, fired)
         # A retraction of a group that did not fire again is a window merged into
         # another one (a session bridged by later data): it no longer exists.
         gone = _groups(panes[withdrawn])
         return state.apply(pd.concat([fired, gone], ignore_index=True), results, now)
 
+    def results(self, panes: pd.DataFrame, fired: pd.DataFrame) -> pd.DataFrame:
+        """The result rows of the groups of ``panes`` (one pane each; ``fired``: their
+        group columns), with the group columns first."""
+        if not len(panes):
+            return pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns])
+        if isinstance(self.batch, BatchQuery):
+            return self._batched(self.batch, panes, fired)
+        parts = [self._group(panes.iloc[i], *fired.iloc[i]) for i in range(len(panes))]
+        return pd.concat(parts, ignore_index=True)
+
+    # -- all groups at once
+    def _batched(self, batch: BatchQuery, panes: pd.DataFrame, fired: pd.DataFrame):
+        """The batched query over the rows of all groups: each stream's rows tagged
+        with their group's position in ``panes`` (``__gid``)."""
+        lengths = panes[SOURCE].map(len).to_numpy(np.int64)
+        gid = np.repeat(np.arange(len(panes), dtype=np.int64), lengths)
+        source = _flat(panes[SOURCE]).astype(np.int64)
+        flat = {u: _flat(panes[u]) for s in self.streams for u in s.union}
+        frames = {}
+        for i, layout in enumerate(self.streams):
+            mask = source == i
+            frame = self._frame(layout, flat, mask)
+            frames[layout.name] = frame.append_column(GID, pa.array(gid[mask]))
+        starts, ends = fired["__gs"].to_numpy(np.int64), fired["__ge"].to_numpy(np.int64)
+        out = self._relation(batch.text, frames, starts, ends).df()
+        at = out.pop(GID).to_numpy(np.int64)
+        groups = fired.iloc[at].reset_index(drop=True)
+        return pd.concat([groups, out.reset_index(drop=True)], axis=1)
+
     # -- one group
     def _group(self, pane: pd.Series, key: str, start: int, end: int) -> pd.DataFrame:
-        """The query over one group's rows (a per-group DuckDB call: groups are
-        few per step; each one's rows are whole columns)."""
+        """The query over one group's rows (the fallback: a DuckDB call per group)."""
         source = np.asarray(pane[SOURCE], dtype=np.int64)
-        frames = {s.name: self._frame(s, pane, source == i) for i, s in enumerate(self.streams)}
-        out = self._evaluate(frames, start, end)
+        values = {u: np.asarray(pane[u], dtype=object) for s in self.streams for u in s.union}
+        frames = {s.name: self._frame(s, values, source == i) for i, s in enumerate(self.streams)}
+        out = self._relation(self.text, frames, np.array([start]), np.array([end])).df()
         out.insert(0, "__ge", end)
         out.insert(0, "__gs", start)
         out.insert(0, "__gk", key)
         return out
 
-    def _frame(self, layout: StreamLayout, pane, mask) -> pa.Table:
-        """One stream's rows of a group as an Arrow table of the stream's own types."""
+    def _frame(self, layout: StreamLayout, values: dict[str, np.ndarray], mask) -> pa.Table:
+        """One stream's rows (``values[union][mask]``) as an Arrow table of the
+        stream's own types."""
         arrays = []
         columns = zip(layout.columns, layout.union, layout.types, strict=True)
         for column, union, arrow_type in columns:
-            values = np.asarray(pane[union], dtype=object)[mask] if len(pane) else []
+            values_of = values[union][mask] if values else []
             if column in layout.timestamps:
-                ms = pd.Series(values, dtype="float64")
+                ms = pd.Series(values_of, dtype="float64")
                 series = pd.to_datetime(ms, unit="ms")
             else:
-                series = pd.Series(values, dtype=object)
+                series = pd.Series(values_of, dtype=object)
             arrays.append(pa.array(series, type=arrow_type, from_pandas=True))
         return pa.Table.from_arrays(arrays, names=list(layout.columns))
 
-    def _evaluate(self, frames: dict[str, pa.Table], start: int, end: int) -> pd.DataFrame:
-        return self._relation(frames, start, end).df()
-
-    def _relation(self, frames: dict[str, pa.Table], start: int, end: int):
+    def _relation(self, text: str, frames: dict[str, pa.Table], starts, ends):
+        """``text`` over ``frames`` and the groups' bounds (``__group``: the group id
+        ``__gid``, its position, and ``__gs``/``__ge``)."""
         con = self._connection()
         for name, frame in frames.items():
             con.register(name, frame)
         bounds = pd.DataFrame(
-            {"__gs": pd.to_datetime([start], unit="ms"), "__ge": pd.to_datetime([end], unit="ms")}
+            {
+                GID: np.arange(len(starts), dtype=np.int64),
+                "__gs": pd.to_datetime(np.asarray(starts, np.int64), unit="ms"),
+                "__ge": pd.to_datetime(np.asarray(ends, np.int64), unit="ms"),
+            }
         )
         con.register(GROUP_RELATION, bounds)
         try:
-            return con.sql(self.text)
+            return con.sql(text)
         except duckdb.Error as exc:
             raise SqlError(f"query {self.name}: {str(exc).splitlines()[0]}") from None
 

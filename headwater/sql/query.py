@@ -9,11 +9,12 @@ import pandas as pd
 from sqlglot import exp
 
 from headwater.sql.aggregate import describe_path
+from headwater.sql.batch import BatchQuery
 from headwater.sql.catalog import Catalog, Table, as_replay
 from headwater.sql.correct import correct
 from headwater.sql.dialect import Headwater, parse_query
 from headwater.sql.errors import SqlError, position
-from headwater.sql.local import SqlRun, run_bounded, run_stream, validate
+from headwater.sql.local import SqlPlan, SqlRun, compile_sql, run_bounded, run_stream, validate
 from headwater.sql.planner import QueryPlan, analyze
 
 
@@ -130,8 +131,21 @@ class SqlQuery:
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
-            lines.append(f"  runs on: {describe_path(plan)}")
+            path = describe_path(plan)
+            lines.append(f"  runs on: {path}")
+            if not path.startswith("fast"):
+                lines.append(f"  general path evaluation: {_describe_batch(plan)}")
         return "\n".join(lines)
+
+
+def _describe_batch(plan: QueryPlan) -> str:
+    """Whether the general path evaluates a step's fired groups by one query, and
+    why not (:mod:`headwater.sql.batch`)."""
+    compiled = compile_sql(plan, fast=False)
+    batch = compiled.maintainer.batch if isinstance(compiled, SqlPlan) else None
+    if isinstance(batch, BatchQuery):
+        return "batched, one DuckDB query per step over all the groups that fire in it"
+    return f"evaluated per group (one DuckDB query per fired group) because {batch}"
 
 
 def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
