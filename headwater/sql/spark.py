@@ -206,6 +206,7 @@ class SparkSqlQuery(SqlQuery):
 
         _refuse_corrections(self.plan.streams)
         for table in self.plan.streams:
+            table.check_spark_event_time()
             if isinstance(table.watermark, SlackStrategy):
                 raise SqlError(
                     f"the Spark stream {table.name!r} has a {table.watermark.describe()} "
