@@ -592,11 +592,28 @@ def _check_statement(statement: exp.Expr) -> None:
             )
 
 
+def _check_shifts(tokens: list[Token]) -> None:
+    """``price > > 3`` is no operator, though sqlglot reads it as ``price >> 3`` (a
+    bit shift): refuse two ``>`` (or ``<``) apart rather than shift silently."""
+    for first, second in zip(tokens, tokens[1:], strict=False):
+        spaced = second.start > first.end + 1
+        if spaced and first.token_type == second.token_type in (TokenType.GT, TokenType.LT):
+            op = first.text
+            raise SqlError(
+                f"'{op} {op}' is not an operator",
+                *token_position(second),
+                f"Remove one {op} (or write {op}{op} for a bit shift)",
+            )
+
+
 def parse(text: str) -> list[exp.Expression]:
     """All statements of a script (SELECT/UNION queries, CREATE TABLE, INSERT INTO ... SELECT).
     Parse errors raise SqlError with line/col of the offending token."""
     try:
-        statements = [s for s in Headwater().parse(text) if s is not None]
+        dialect = Headwater()
+        tokens = dialect.tokenize(text)
+        _check_shifts(tokens)
+        statements = [s for s in dialect.parser().parse(tokens, text) if s is not None]
     except ParseError as error:
         raise _parse_error(error) from None
     except TokenError as error:
