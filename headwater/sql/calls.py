@@ -34,6 +34,17 @@ _OPERATORS: dict[str, type[exp.Expr]] = {
 _PREFERRED = ("DOUBLE", "TIMESTAMP", "VARCHAR", "BIGINT", "DATE", "INTERVAL")
 
 
+#: DuckDB's own types, not SQL's: left out of the types a function is said to take.
+_ENGINE_TYPES = frozenset({"HUGEINT", "UHUGEINT", "BIGNUM", "VARINT", "TIME_NS", "ANY[]"})
+
+
+def _shown_types(taken: list[str]) -> str:
+    shown = [
+        t for t in taken if t not in _ENGINE_TYPES and not re.match(r"U(TINY|SMALL|BIG)?INT", t)
+    ]
+    return ", ".join(shown or taken)
+
+
 def _split(types: str) -> list[str]:
     return [t.strip() for t in types.split(",")] if types.strip() else []
 
@@ -96,7 +107,7 @@ def argument_error(message: str, query: exp.Expr, types: Mapping[str, str]) -> S
     target = next((t for t in _PREFERRED if t in taken), taken[0] if taken else "DOUBLE")
     line, col = position(call) if call is not None else (None, None)
     return SqlError(
-        f"{shown} cannot take {what} of type {kind}: {shown} takes {', '.join(taken)}",
+        f"{shown} cannot take {what} of type {kind}: {shown} takes {_shown_types(taken)}",
         line,
         col,
         f"Cast it, e.g. CAST({column.sql() if column is not None else '...'} AS {target})",
