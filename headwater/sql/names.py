@@ -17,8 +17,13 @@ from headwater.sql.planner import WINDOW_COLUMNS, QueryPlan
 
 def _defined(query: exp.Expr) -> set[str]:
     """Names the query itself defines: select aliases, table-alias and CTE column
-    lists, lambda parameters."""
+    lists, lambda parameters, and the column of a table function in FROM
+    (``SELECT range FROM range(3)``)."""
     names = {a.alias.lower() for a in query.find_all(exp.Alias) if a.alias}
+    for table in query.find_all(exp.Table):
+        if isinstance(table.this, exp.Func):
+            call = table.this
+            names.add((call.name if isinstance(call, exp.Anonymous) else call.sql_name()).lower())
     for alias in query.find_all(exp.TableAlias):
         names |= {c.name.lower() for c in alias.args.get("columns") or []}
     for fn in query.find_all(exp.Lambda):
