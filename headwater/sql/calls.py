@@ -75,6 +75,12 @@ def _calls(query: exp.Expr, name: str) -> list[exp.Expr]:
     return [found[i] for i in order]
 
 
+def first_call(query: exp.Expr, name: str) -> exp.Expr | None:
+    """The first call of function ``name`` written in ``query`` (None: no call)."""
+    calls = _calls(query, name)
+    return calls[0] if calls else None
+
+
 def _arguments(call: exp.Expr) -> Iterator[exp.Expr]:
     for value in call.args.values():
         for item in value if isinstance(value, list) else [value]:

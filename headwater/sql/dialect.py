@@ -250,14 +250,6 @@ def _window_tvf(kind: str, flink: bool, call: Token, args: list[_TvfArg]) -> Win
     keys = _partition_keys(call, kind, given)
     if keys is not None:
         values["keys"] = keys
-    if values.get("slide", 0) > values.get("size", 0) > 0:
-        slide = next(p for p in given if _PARAM_ARG[p] == "slide")
-        raise _arg_error(
-            f"{call.text}'s {_shown(slide, flink)} is longer than its size: rows between two "
-            "windows would be in none",
-            given[slide],
-            "Write a slide no longer than the size (a HOP as long as it slides is a TUMBLE)",
-        )
     return WindowTVF(kind=kind, flink=flink, **values)
 
 
