@@ -73,8 +73,10 @@ from headwater.model.plan import (
     Schema,
     WindowedAggregationPlan,
     build_plan,
+    check_windowing,
 )
 from headwater.model.strategy import WindowingStrategy
+from headwater.model.time import to_millis
 from headwater.model.triggers import (
     AfterAll,
     AfterAny,
@@ -254,6 +256,22 @@ def _as_aggregation(name: str, spec: Any) -> Aggregation:
 
 
 # ----------------------------------------------------------------------- builders
+_WATERMARK_FIX = "Pass e.g. watermark='10 seconds' (rows up to 10 s out of order)"
+
+
+def _check_duration(argument: str, value: Any) -> None:
+    """PlanError naming ``argument`` when ``value`` is not a duration."""
+    try:
+        to_millis(value)
+    except (TypeError, ValueError):
+        raise PlanError(
+            f"{argument} is not a duration",
+            argument=argument,
+            found=repr(value),
+            fix=f"Pass e.g. {argument}='5 minutes', seconds as a number, or a timedelta",
+        ) from None
+
+
 def from_spark(
     df: DataFrame,
     event_time: str,
@@ -378,7 +396,12 @@ class EventStream:
             raise TypeError("event_time must be a column name")
         self.df = df
         self.event_time = event_time
-        self.watermark = watermark_strategy(watermark)
+        try:
+            self.watermark = watermark_strategy(watermark)
+        except ValueError as exc:
+            raise PlanError(
+                str(exc), argument="watermark", found=repr(watermark), fix=_WATERMARK_FIX
+            ) from None
         self.on_null_event_time = on_null_event_time
         self.arrival_time = arrival_time
         self.rejects = rejects
@@ -453,6 +476,7 @@ class EventStream:
                 )
             if trigger is not None and not isinstance(trigger, Trigger):
                 raise PlanError("not a trigger", argument="trigger", found=repr(trigger))
+            _check_duration("allowed_lateness", allowed_lateness)
             strategy = WindowingStrategy.of(
                 window_fn=window_fn,
                 trigger=trigger,
@@ -460,6 +484,7 @@ class EventStream:
                 allowed_lateness=allowed_lateness,
                 timestamp_combiner=timestamp_combiner,
             )
+        check_windowing(strategy)
         return WindowedStream(self, strategy)
 
     def __repr__(self) -> str:

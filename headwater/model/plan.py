@@ -200,6 +200,7 @@ def build_plan(
             found=repr(windowing),
             fix="Use .window(hw.FixedWindows(...), trigger=..., ...)",
         )
+    check_windowing(windowing)
     if not bounded and watermark is None:
         raise PlanError(
             "an unbounded input needs a watermark strategy",
@@ -231,6 +232,20 @@ def build_plan(
     if capabilities is not None:
         _check_runner(plan, capabilities)
     return plan
+
+
+def check_windowing(windowing: WindowingStrategy) -> None:
+    """A windowing whose durations make no sense is refused before anything runs: a
+    negative allowed lateness would drop rows that arrive on time."""
+    if windowing.allowed_lateness < 0:
+        raise PlanError(
+            "allowed_lateness must not be negative: a negative lateness drops rows that "
+            "arrive before their window closes",
+            argument="allowed_lateness",
+            found=f"{windowing.allowed_lateness} ms",
+            fix="Pass allowed_lateness=0 (drop what arrives after the watermark passes the "
+            "window's end) or a positive duration",
+        )
 
 
 def _event_time_type(schema: Schema, column: str) -> DataType:

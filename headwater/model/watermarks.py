@@ -99,12 +99,18 @@ def watermark_strategy(spec: Any) -> WatermarkStrategy | None:
         if word == "perfect":
             return Perfect()
     try:
-        return BoundedOutOfOrderness(to_millis(spec))
+        delay = to_millis(spec)
     except (TypeError, ValueError):
         raise ValueError(
             f"cannot read watermark {spec!r}: give a delay such as '10 seconds' (bounded "
             "out-of-orderness), 'punctuated' (a watermark_ms column) or 'perfect'"
         ) from None
+    if delay < 0:
+        raise ValueError(
+            f"the watermark delay {spec!r} is negative: a watermark ahead of the rows "
+            "would make on-time rows late"
+        )
+    return BoundedOutOfOrderness(delay)
 
 
 #: The watermark after the whole of a bounded input.

@@ -33,7 +33,7 @@ from headwater.sql.aggregate_shape import Shape, bare
 from headwater.sql.aggregate_state import AT, GroupRows
 from headwater.sql.changelog import GROUP_COLUMNS
 from headwater.sql.errors import SqlError
-from headwater.sql.maintain import _logical
+from headwater.sql.maintain import logical_type, sql_typed
 from headwater.sql.planner import QueryPlan
 from headwater.sql.translate import GROUP_RELATION, to_engine_sql
 
@@ -129,7 +129,7 @@ class AggregateMaintainer:
 
     @property
     def types(self) -> dict[str, object]:
-        return {c: _logical(t) for c, t in zip(self.columns, self.arrow_types, strict=True)}
+        return {c: logical_type(t) for c, t in zip(self.columns, self.arrow_types, strict=True)}
 
     def output_fields(self) -> tuple[Field, ...]:
         group = (Field("__gk", STRING), Field("__gs", INT64), Field("__ge", INT64))
@@ -274,7 +274,7 @@ def _reference(plan: QueryPlan, shape: Shape, schema: pa.Schema):
 
     text = to_engine_sql(plan.group_query, "duckdb", columns_of, mode="group")
     try:
-        relation = con.sql(text)
+        relation = sql_typed(con.sql(text))
     except duckdb.Error as exc:
         raise SqlError(f"query {plan.name}: {str(exc).splitlines()[0]}") from None
     arrow = relation.arrow().schema

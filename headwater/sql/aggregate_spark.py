@@ -293,6 +293,7 @@ def start(
     table = sql.shape.stream
     if table.spark is None or not table.is_stream:
         raise SqlError(f"table {table.name!r} is not a Spark stream")
+    table.check_spark_event_time()
     if not isinstance(table.watermark, BoundedOutOfOrderness):
         raise SqlError(
             f"the Spark stream {table.name!r} needs a watermark",

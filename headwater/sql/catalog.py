@@ -78,6 +78,23 @@ class Table:
             for f in self.spark.schema.fields
         }
 
+    def check_spark_event_time(self) -> None:
+        """A Spark stream's event time must be a TIMESTAMP for Spark's watermark
+        (``withWatermark``): SqlError naming the column otherwise, before the
+        query is planned on the stream's internal layout."""
+        from pyspark.sql import types as T
+
+        if self.spark is None or self.event_time not in self.spark.columns:
+            return
+        kind = self.spark.schema[self.event_time].dataType
+        if isinstance(kind, T.TimestampNTZType):
+            raise SqlError(
+                f"the event time {self.event_time!r} of stream {self.name!r} is TIMESTAMP_NTZ: "
+                "a watermark on Spark needs a TIMESTAMP",
+                hint=f"Cast it before passing the stream: "
+                f"df.withColumn({self.event_time!r}, F.col({self.event_time!r}).cast('timestamp'))",
+            )
+
     def local_frame(self) -> pd.DataFrame:
         """The rows of a bounded table in this process (a Spark table is collected)."""
         if self.frame is not None:

@@ -8,12 +8,14 @@ plain :class:`SourceDef` so the catalog never walks a syntax tree.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
+from headwater.model.time import to_millis
 from headwater.sql.errors import SqlError, position
 
 _UNIT_MS = {
@@ -173,6 +175,40 @@ def _watermark_delay(column: exp.Column, bound: exp.Expr) -> int:
     return delay
 
 
+#: Options of CREATE TABLE ... WITH (...) (:mod:`headwater.sql.sources`), and the
+#: prefixes of those checked where they are read (:mod:`headwater.sql.hybrid`,
+#: :mod:`headwater.sql.correct`).
+OPTIONS = ("format", "path", "allowed_lateness", "watermark", "slack", "table")
+OPTION_PREFIXES = ("quality.", "correction.")
+#: Options that are durations, never negative.
+_DURATIONS = ("allowed_lateness", "slack", "correction.gamma")
+
+
+def _check_option(prop: exp.Property, key: str, value: str) -> None:
+    """SqlError at an option headwater does not know, or a duration that is negative."""
+    if key not in OPTIONS and not key.startswith(OPTION_PREFIXES):
+        close = difflib.get_close_matches(key, OPTIONS, n=1)
+        known = ", ".join(repr(o) for o in (*OPTIONS, *(f"{p}*" for p in OPTION_PREFIXES)))
+        hint = f"Did you mean {close[0]!r}? " if close else ""
+        raise SqlError(f"unknown table option {key!r}", *position(prop), f"{hint}Options: {known}")
+    if key not in _DURATIONS:
+        return
+    at = position(prop.args["value"])
+    try:
+        ms = to_millis(value)
+    except (TypeError, ValueError):
+        raise SqlError(
+            f"option {key!r}: cannot read {value!r} as a duration", *at, "Write e.g. '5 seconds'"
+        ) from None
+    if ms < 0:
+        raise SqlError(
+            f"option {key!r} must not be negative, not {value!r}",
+            *at,
+            "A negative lateness (or slack) would drop rows that are on time; write '0 seconds' "
+            "or more",
+        )
+
+
 def _options(create: exp.Create) -> dict[str, str]:
     """WITH ('key' = 'value', ...), keys lower-case; an unquoted FORMAT = reads the same."""
     options: dict[str, str] = {}
@@ -182,7 +218,9 @@ def _options(create: exp.Create) -> dict[str, str]:
             options["format"] = prop.this.name
         elif isinstance(prop, exp.Property):
             value = prop.args["value"]
-            options[prop.name.lower()] = value.name if value.is_string else value.sql()
+            key = prop.name.lower()
+            options[key] = value.name if value.is_string else value.sql()
+            _check_option(prop, key, options[key])
         else:
             raise SqlError(
                 f"unsupported table option {prop.sql()}",

@@ -501,20 +501,58 @@ class Headwater(Dialect):
 
 #: sqlglot's message for a node left without a required part, e.g. ``WHERE price >``.
 _MISSING_ARG = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*\.(?P<node>\w+)'>")
+#: sqlglot's "Expected table name but got <Token ... text: SENTINEL, ...>".
+_EXPECTED_GOT = re.compile(r"Expected (?P<what>.+?) but got <Token .*?text: (?P<text>[^,]*),")
+#: Operators and clauses as the user spells them, by sqlglot's node name.
+_SPELLED = {
+    "GT": ">", "GTE": ">=", "LT": "<", "LTE": "<=", "EQ": "=", "NEQ": "<>", "ADD": "+",
+    "SUB": "-", "MUL": "*", "DIV": "/", "MOD": "%", "DPIPE": "||", "NULLSAFEEQ": "<=>",
+}  # fmt: skip
+
+
+def _incomplete(node: str, found: str) -> tuple[str, str]:
+    """``price >`` or ``price = AND``: what is missing, and what follows instead."""
+    spelled = _SPELLED.get(node, node)
+    after = f", not by {found!r}" if found and found.upper() != spelled else ""
+    example = f"price {spelled} 3" if node in _SPELLED else f"{spelled} price > 3"
+    return (
+        f"{spelled} must be followed by an expression{after}",
+        f"Write one after {spelled} (e.g. {example}), or remove {spelled}",
+    )
+
+
+def _plain(description: str, found: str) -> tuple[str, str]:
+    """sqlglot's description of a syntax error as (reason, hint) in the user's words."""
+    incomplete = _MISSING_ARG.match(description)
+    if incomplete:
+        return _incomplete(incomplete["node"].upper(), found)
+    if description.startswith("Invalid expression / Unexpected token"):
+        return (
+            f"unexpected {found!r}" if found else "unexpected end of the query",
+            "Check for a missing comma or operator before it, or one parenthesis or word too many",
+        )
+    expecting = re.fullmatch(r"Expecting (?P<what>.+)", description)
+    if expecting:
+        what = expecting["what"]
+        what = f"{what!r}" if len(what) == 1 else what
+        return f"expected {what}" + (f" before {found!r}" if found else ""), ""
+    expected = _EXPECTED_GOT.match(description)
+    if expected:
+        got = expected["text"]
+        where = "at the end of the query" if got == "SENTINEL" else f"before {got!r}"
+        return f"expected {expected['what']} after {found!r} {where}", ""
+    return description, ""
 
 
 def _parse_error(error: ParseError) -> SqlError:
-    """sqlglot's first error, at the column where its token starts."""
+    """sqlglot's first error, at the column where its token starts, in plain words."""
     detail = error.errors[0] if error.errors else {}
     line, col = detail.get("line"), detail.get("col")
     highlight = detail.get("highlight") or ""
     if col is not None and highlight and "\n" not in highlight:
         col = max(1, col - len(highlight) + 1)
-    message = detail.get("description") or str(error)
-    incomplete = _MISSING_ARG.match(message)
-    if incomplete:
-        message = f"incomplete {incomplete['node'].upper()}"
-    return SqlError(message, line, col)
+    message, hint = _plain(detail.get("description") or str(error), highlight.strip())
+    return SqlError(message, line, col, hint)
 
 
 def _token_error(error: TokenError, text: str) -> SqlError:
@@ -546,11 +584,28 @@ def _check_statement(statement: exp.Expr) -> None:
             )
 
 
+def _check_shifts(tokens: list[Token]) -> None:
+    """``price > > 3`` is no operator, though sqlglot reads it as ``price >> 3`` (a
+    bit shift): refuse two ``>`` (or ``<``) apart rather than shift silently."""
+    for first, second in zip(tokens, tokens[1:], strict=False):
+        spaced = second.start > first.end + 1
+        if spaced and first.token_type == second.token_type in (TokenType.GT, TokenType.LT):
+            op = first.text
+            raise SqlError(
+                f"'{op} {op}' is not an operator",
+                *token_position(second),
+                f"Remove one {op} (or write {op}{op} for a bit shift)",
+            )
+
+
 def parse(text: str) -> list[exp.Expression]:
     """All statements of a script (SELECT/UNION queries, CREATE TABLE, INSERT INTO ... SELECT).
     Parse errors raise SqlError with line/col of the offending token."""
     try:
-        statements = [s for s in Headwater().parse(text) if s is not None]
+        dialect = Headwater()
+        tokens = dialect.tokenize(text)
+        _check_shifts(tokens)
+        statements = [s for s in dialect.parser().parse(tokens, text) if s is not None]
     except ParseError as error:
         raise _parse_error(error) from None
     except TokenError as error:

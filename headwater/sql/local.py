@@ -30,10 +30,19 @@ from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.windows import FixedWindows
 from headwater.sql.aggregate import AggregatePlan, try_compile
 from headwater.sql.aggregate_shape import enabled
+from headwater.sql.calls import argument_error
 from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
 from headwater.sql.changelog import GROUP_COLUMNS, table_view
 from headwater.sql.errors import SqlError, position
-from headwater.sql.maintain import EVENT_TIME, KEY, SOURCE, GroupMaintainer, StreamLayout
+from headwater.sql.maintain import (
+    EVENT_TIME,
+    KEY,
+    SOURCE,
+    GroupMaintainer,
+    StreamLayout,
+    sql_typed,
+)
+from headwater.sql.names import check_names, known_columns
 from headwater.sql.planner import QueryPlan
 from headwater.sql.translate import to_engine_sql
 
@@ -106,6 +115,9 @@ def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
     function = _unknown_function(str(exc), plan)
     if function is not None:
         return function
+    arguments = argument_error(str(exc), plan.query, _column_types(plan))
+    if arguments is not None:
+        return arguments
     text = str(exc).split("\n")[0]
     text = text.split(": ", 1)[1] if text.startswith("query ") else text
     unknown = _UNKNOWN_COLUMN.search(text)
@@ -116,23 +128,39 @@ def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
         if f'"{column.name}"' in text:
             line, col = position(column)
             if unknown:
-                known = "; ".join(
-                    f"{t.name}: {', '.join(t.columns)}" for t in (*plan.streams, *plan.tables)
-                )
-                return SqlError(f"unknown column {column.name!r}", line, col, f"Columns: {known}")
+                hint = f"Columns: {known_columns(plan)}"
+                return SqlError(f"unknown column {column.name!r}", line, col, hint)
             return SqlError(text, line, col)
     return SqlError(text)
+
+
+def _empty_tables(plan: QueryPlan) -> duckdb.DuckDBPyConnection:
+    """A connection with the query's tables, empty, of their real types."""
+    con = duckdb.connect()
+    for table in (*plan.streams, *plan.tables):
+        types = table.arrow_types()
+        empty = pa.table({c: pa.array([], type=t) for c, t in types.items()})
+        con.register(table.name, empty)
+    return con
+
+
+def _column_types(plan: QueryPlan) -> dict[str, str]:
+    """DuckDB's type of each column (lower-case name) of the query's tables."""
+    con = _empty_tables(plan)
+    types: dict[str, str] = {}
+    for table in (*plan.streams, *plan.tables):
+        relation = con.table(table.name)
+        pairs = zip(relation.columns, relation.types, strict=True)
+        types.update({c.lower(): str(t) for c, t in pairs})
+    return types
 
 
 def validate(plan: QueryPlan) -> None:
     """Bind the query against empty tables of the real types (DuckDB), so that an
     unknown column or a type error is the same SqlError on every runner, before
     anything runs."""
-    con = duckdb.connect()
-    for table in (*plan.streams, *plan.tables):
-        types = table.arrow_types()
-        empty = pa.table({c: pa.array([], type=t) for c, t in types.items()})
-        con.register(table.name, empty)
+    check_names(plan)
+    con = _empty_tables(plan)
     text = to_engine_sql(plan.query, "duckdb", _columns_of(plan))
     try:
         con.sql(text).limit(0).fetchall()
@@ -147,7 +175,7 @@ def run_bounded(plan: QueryPlan) -> pd.DataFrame:
         con.register(table.name, table.frame.drop(columns=[PTIME], errors="ignore"))
     text = to_engine_sql(plan.query, "duckdb", _columns_of(plan))
     try:
-        return con.sql(text).df()
+        return sql_typed(con.sql(text)).df()
     except duckdb.Error as exc:
         raise _engine_error(exc, plan) from None
 

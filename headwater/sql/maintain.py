@@ -65,9 +65,28 @@ def _groups(panes: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _logical(t) -> object:
-    """The logical type of a result column; DuckDB's decimals (and the HUGEINT of a
-    SUM of integers) reach pandas as floats."""
+#: DuckDB's wider types of SQL results, as SQL types them: a SUM of integers is
+#: HUGEINT in DuckDB, BIGINT in SQL (and Spark).
+_SQL_TYPES = {"HUGEINT": "BIGINT", "UHUGEINT": "BIGINT"}
+
+
+def sql_typed(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``relation`` with SQL's result types (SUM of BIGINT is BIGINT, not HUGEINT),
+    the same on every runner; an overflow is DuckDB's conversion error."""
+    types = [str(t) for t in relation.types]
+    if not any(t in _SQL_TYPES for t in types):
+        return relation
+    items = []
+    for column, kind in zip(relation.columns, types, strict=True):
+        quoted = '"' + column.replace('"', '""') + '"'
+        target = _SQL_TYPES.get(kind)
+        items.append(f"CAST({quoted} AS {target}) AS {quoted}" if target else quoted)
+    return relation.project(", ".join(items))
+
+
+def logical_type(t) -> object:
+    """The logical type of a result column (see :func:`sql_typed`); DuckDB's
+    decimals reach pandas as floats."""
     logical = of_arrow(t)
     return FLOAT64 if isinstance(logical, DecimalType) else logical
 
@@ -104,7 +123,9 @@ class GroupMaintainer:
         relation = self._relation(self.text, empty, np.zeros(1), np.zeros(1))
         self.columns = list(relation.columns)
         self.schema = relation.arrow().schema
-        self.types = {c: _logical(t) for c, t in zip(self.columns, self.schema.types, strict=True)}
+        self.types = {
+            c: logical_type(t) for c, t in zip(self.columns, self.schema.types, strict=True)
+        }
         self.batch: BatchQuery | str = "per-group evaluation was asked for"
         if batched:
             self.batch = self._checked(plan_batch(text, [s.name for s in streams]), empty)
@@ -238,7 +259,7 @@ class GroupMaintainer:
         )
         con.register(GROUP_RELATION, bounds)
         try:
-            return con.sql(text)
+            return sql_typed(con.sql(text))
         except duckdb.Error as exc:
             raise SqlError(f"query {self.name}: {str(exc).splitlines()[0]}") from None
 

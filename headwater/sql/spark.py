@@ -15,6 +15,7 @@ is played through the replay source, one step per micro-batch.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from sqlglot import exp
 
 from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
@@ -36,9 +38,10 @@ from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
+from headwater.sql.calls import first_call
 from headwater.sql.catalog import Table
 from headwater.sql.changelog import in_order
-from headwater.sql.errors import SqlError
+from headwater.sql.errors import SqlError, position
 from headwater.sql.local import (
     SqlPlan,
     SqlRun,
@@ -122,7 +125,13 @@ class SparkSqlQuery(SqlQuery):
                 local = table.frame.drop(columns=[PTIME_COLUMN], errors="ignore")
                 frame = self.spark.createDataFrame(local)
             frame.createOrReplaceTempView(table.name)
-        return self.spark.sql(to_engine_sql(self.plan.query, "spark", _columns_of(self.plan)))
+        from pyspark.errors import AnalysisException
+
+        text = to_engine_sql(self.plan.query, "spark", _columns_of(self.plan))
+        try:
+            return self.spark.sql(text)
+        except AnalysisException as exc:
+            raise spark_error(exc, self.plan) from None
 
     def to_spark(self):
         return self.bounded()
@@ -206,6 +215,7 @@ class SparkSqlQuery(SqlQuery):
 
         _refuse_corrections(self.plan.streams)
         for table in self.plan.streams:
+            table.check_spark_event_time()
             if isinstance(table.watermark, SlackStrategy):
                 raise SqlError(
                     f"the Spark stream {table.name!r} has a {table.watermark.describe()} "
@@ -281,6 +291,25 @@ class SparkSqlQuery(SqlQuery):
             dead_letter_sink=dead_letter_sink,
             trigger=trigger,
         ).awaitTermination()
+
+
+def spark_error(exc: Exception, plan) -> SqlError:
+    """Spark's analysis error of a query DuckDB binds (a function Spark SQL does not
+    have) as a SqlError at the user's call, without Spark's plan dump."""
+    text = str(exc).split("\n")[0]
+    routine = re.search(r"routine `(?P<name>[^`]+)`", text)
+    if routine is not None:
+        call = first_call(plan.query, routine["name"])
+        line, col = position(call) if call is not None else (None, None)
+        name = call.name if isinstance(call, exp.Anonymous) else routine["name"]
+        return SqlError(
+            f"Spark SQL has no function {name!r}",
+            line,
+            col,
+            "Call a function both DuckDB and Spark SQL have, or run the query with runner='local'",
+        )
+    reason = re.sub(r"^\[[A-Z_.]+\] ", "", text).split(" SQLSTATE")[0]
+    return SqlError(f"Spark SQL cannot run this query: {reason}")
 
 
 def _group_key(F, plan, ts):
