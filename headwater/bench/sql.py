@@ -105,7 +105,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--files", type=int, default=20, help="Parquet files")
     p.add_argument("--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger")
     p.add_argument("--partitions", type=int, default=2, help="shuffle partitions")
-    p.add_argument("--shards", type=int, default=None, help="headwater shards (None: --partitions)")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="headwater shards (None: --partitions, at most the cores)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="timed runs per engine (median)")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed first runs")
     p.add_argument("--no-lift", action="store_true", help="headwater without combiner lifting")

@@ -93,7 +93,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s")
     p.add_argument("--files", type=int, default=20, help="Parquet files")
     p.add_argument("--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger")
-    p.add_argument("--shards", type=int, default=None, help="headwater shards (None: --partitions)")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="headwater shards (None: --partitions, at most the cores)",
+    )
     p.add_argument("--partitions", type=int, default=2, help="spark.sql.shuffle.partitions")
     p.add_argument(
         "--repeat",
