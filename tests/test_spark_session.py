@@ -10,6 +10,8 @@ starts.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import stat
 import sys
 import textwrap
@@ -108,7 +110,7 @@ import sys
 from pyspark.sql import SparkSession
 
 import headwater as hw
-from headwater.runners.spark.session import WorkerPythonError
+from headwater.runners.spark.session import WorkerPythonError, check_workers
 
 spark = (
     SparkSession.builder.master("local[1]")
@@ -127,25 +129,31 @@ try:
     pipeline.start(checkpoint_location=sys.argv[1])
 except WorkerPythonError as exc:
     print("REFUSED:", exc)
-    sys.exit(0)
-finally:
-    spark.stop()
-print("started")
-sys.exit(1)
+else:
+    print("started")
+    sys.exit(1)
+# docs/spark.md's --py-files recipe: the zipped package is all the workers lack.
+spark.sparkContext.addPyFile(sys.argv[2])
+check_workers(spark)
+print("SHIPPED")
+spark.stop()
 """
 
 
 @pytest.mark.slow
 def test_workers_without_headwater_are_refused_before_the_query_starts(tmp_path):
     """Workers that run a Python without site-packages (``-S``: no headwater) get
-    one error naming their interpreter and the fix, not a worker's traceback."""
+    one error naming their interpreter and the fix, not a worker's traceback;
+    shipping the package (docs/spark.md, ``--py-files``) is then enough."""
     worker = tmp_path / "python-without-headwater"
     worker.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     worker.chmod(worker.stat().st_mode | stat.S_IXUSR)
     script = tmp_path / "refused.py"
     script.write_text(textwrap.dedent(_REFUSED))
+    package = Path(hw.__file__).parent
+    shipped = shutil.make_archive(str(tmp_path / "headwater"), "zip", package.parent, package.name)
     done = run_isolated(
-        [sys.executable, str(script), str(tmp_path / "checkpoint")],
+        [sys.executable, str(script), str(tmp_path / "checkpoint"), shipped],
         timeout=240,
         cwd=tmp_path,
         env={"PYSPARK_PYTHON": str(worker)},
@@ -156,3 +164,13 @@ def test_workers_without_headwater_are_refused_before_the_query_starts(tmp_path)
     assert "cannot import headwater" in out or "a worker failed" in out
     assert "set PYSPARK_PYTHON" in out and "--py-files" in out
     assert not os.path.exists(tmp_path / "checkpoint" / "offsets")
+    assert out.rstrip().endswith("SHIPPED")
+
+
+def test_the_docs_example_runs(spark):
+    """docs/spark.md's Python blocks run as written (on the shared session)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "spark.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/spark.md", "exec"), {})  # noqa: S102
