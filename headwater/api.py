@@ -112,6 +112,7 @@ __all__ = [
     # entry point and the chain of builders
     "from_spark",
     "from_pandas",
+    "from_kafka",
     "EventStream",
     "WindowedStream",
     "GroupedWindowedStream",
@@ -305,8 +306,64 @@ def from_pandas(
     return EventStream(df, event_time, watermark, on_null_event_time, arrival_time)
 
 
+def from_kafka(
+    topic: str,
+    bootstrap_servers: str,
+    *,
+    schema: str | dict[str, str],
+    event_time: str,
+    watermark: Any = None,
+    runner: str = "spark",
+    spark: Any = None,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> EventStream:
+    """An event stream over a Kafka topic of JSON records (:mod:`headwater.io.kafka`).
+
+    ``schema``: the record's fields, ``"user string, score bigint, ts timestamp"``.
+    ``runner="spark"``: a streaming DataFrame from Spark's Kafka source (its jars:
+    :func:`headwater.io.kafka.spark_jars`; ``starting_offsets``,
+    ``max_offsets_per_trigger`` and ``options`` are the source's options; offsets
+    live in the query's checkpoint). ``runner="local"``: the topic as it is now,
+    read with ``confluent-kafka`` and replayed by the local runner in micro-batches
+    of equal record timestamp. Records that do not decode (not a JSON object, a
+    field of the wrong type, a null event time) go to the dead letters with
+    their topic, partition, offset and raw value, on both runners.
+    """
+    from headwater.io.kafka import KafkaSource, parse_schema, read_pandas, read_spark
+
+    source = KafkaSource(
+        topic,
+        bootstrap_servers,
+        parse_schema(schema),
+        event_time,
+        starting_offsets,
+        max_offsets_per_trigger,
+        dict(options or {}),
+    )
+    if runner == "local":
+        records, rejects = read_pandas(source)
+        return EventStream(
+            records, event_time, watermark, arrival_time="kafka_timestamp", rejects=rejects
+        )
+    if runner != "spark":
+        raise ValueError(f"runner must be 'spark' or 'local', got {runner!r}")
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise ValueError("from_kafka(runner='spark') needs a SparkSession: pass spark=")
+    records, rejects = read_spark(spark, source)
+    return EventStream(records, event_time, watermark, rejects=rejects)
+
+
 class EventStream:
-    """Elements with event times: a DataFrame, its event-time column and watermark."""
+    """Elements with event times: a DataFrame, its event-time column and watermark.
+
+    ``rejects``: records the source could not decode (a Kafka topic's), dead
+    letters of every pipeline over this stream."""
 
     def __init__(
         self,
@@ -315,6 +372,7 @@ class EventStream:
         watermark: Any = None,
         on_null_event_time: str = "dead_letter",
         arrival_time: str | None = None,
+        rejects: Any = None,
     ) -> None:
         if not isinstance(event_time, str):
             raise TypeError("event_time must be a column name")
@@ -323,6 +381,7 @@ class EventStream:
         self.watermark = watermark_strategy(watermark)
         self.on_null_event_time = on_null_event_time
         self.arrival_time = arrival_time
+        self.rejects = rejects
         # Fail now, not when the query runs: the event time must exist and be usable.
         build_plan(
             self.schema(),
@@ -577,8 +636,14 @@ class WindowedAggregation:
         )
 
     def _streaming_output(self, num_shards: int | None) -> DataFrame:
-        """The streaming runner's output: panes and dropped elements, told apart by ``kind``."""
-        return _streaming_runner().compile_streaming(self.input, self.plan, num_shards=num_shards)
+        """The streaming runner's output: panes and dropped elements, told apart by
+        ``kind`` (with the source's rejected records among the dropped ones)."""
+        out = _streaming_runner().compile_streaming(self.input, self.plan, num_shards=num_shards)
+        if self.source.rejects is not None:
+            from headwater.io.kafka import with_rejects
+
+            out = with_rejects(out, self.source.rejects)
+        return out
 
     def _restore_time_types(self, panes: DataFrame) -> DataFrame:
         """Window bounds and output timestamps in the event-time column's type."""
@@ -605,7 +670,10 @@ class WindowedAggregation:
         size (``no_window``); a local replay also late ones (``late``, ``closed``).
         """
         if self.source.is_local:
-            return self._run_local().dropped.drop(columns="step")
+            dropped = self._run_local().dropped.drop(columns="step")
+            if self.source.rejects is not None:
+                dropped = pd.concat([dropped, self.source.rejects], ignore_index=True)
+            return dropped
         if self.is_streaming:
             raise NotImplementedError(
                 "a streaming query's dropped elements go to start(dead_letter_sink=...), "

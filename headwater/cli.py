@@ -43,6 +43,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "run the benchmarks (ratios against Spark-native)",
         "[options]",
     ),
+    "nexmark": (
+        "headwater.nexmark.cli",
+        "generate NEXMark auction events (Parquet, replay, CSV)",
+        "generate --events N --out DIR [options]",
+    ),
     "experiment": (
         "headwater.hybrid.experiment",
         "run the hybrid-model experiment (HPM vs MP-K-slack and AQ-K-slack)",

@@ -14,6 +14,12 @@ if [ -z "${HEADWATER_TEST_POSTGRES:-}" ]; then
 fi
 export HEADWATER_TEST_POSTGRES
 
+# Kafka for the `kafka`-marked tests (likewise: they skip without it, fail under CI=true).
+if [ -z "${HEADWATER_TEST_KAFKA:-}" ]; then
+  HEADWATER_TEST_KAFKA="$(bash scripts/kafka.sh)" || HEADWATER_TEST_KAFKA=""
+fi
+export HEADWATER_TEST_KAFKA
+
 export PYSPARK_PYTHON="$root/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$root/.venv/bin/python"
 

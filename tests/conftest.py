@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from headwater.io.kafka import cached_spark_jars
+
 # Spark's Python workers must run the interpreter running the tests (the venv's),
 # whatever `python3` on PATH is. Set before any SparkSession starts.
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -57,6 +59,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     builder = builder.config(
         "spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch / 'derby'}"
     )
+    # Spark's Kafka connector (local jars resolved by scripts/kafka.sh: offline here).
+    jars = cached_spark_jars()
+    if jars:
+        builder = builder.config("spark.jars", jars)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     yield session

@@ -180,6 +180,23 @@ def test_hybrid_imports_only_lower_layers():
     assert not bad, "headwater.hybrid may import model, runners and io only:\n" + "\n".join(bad)
 
 
+#: The only parts of headwater that ``headwater.nexmark`` (the NEXMark generator)
+#: may import: the CLI and the bench build on it, never the reverse.
+NEXMARK_ALLOWED = ("headwater.model", "headwater.io", "headwater.nexmark")
+
+
+def test_nexmark_imports_only_model_and_io():
+    bad = [
+        f"{_where(name, line)}: {target}"
+        for name, imports in IMPORTS.items()
+        if _under(name, "headwater.nexmark")
+        for target, line in imports
+        if _under(target, "headwater") and not any(_under(target, p) for p in NEXMARK_ALLOWED)
+    ]
+    assert not bad, "headwater.nexmark may import model and io only:\n" + "\n".join(bad)
+    assert any(_under(name, "headwater.nexmark") for name in IMPORTS)
+
+
 #: What ``headwater.sql`` may import: it is a front end over the runners, as the
 #: fluent API is (never the CLI or the hybrid path).
 SQL_ALLOWED = ("headwater.model", "headwater.runners", "headwater.io", "headwater.sql")

@@ -24,3 +24,30 @@ def test_readme_model_examples_run(spark):
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_readme_kafka_section_runs(spark, capsys):
+    """The Kafka section against the broker of HEADWATER_TEST_KAFKA (scripts/kafka.sh)."""
+    import os
+
+    if not os.environ.get("HEADWATER_TEST_KAFKA"):
+        if os.environ.get("CI"):
+            pytest.fail("HEADWATER_TEST_KAFKA is not set: CI must run the Kafka tests")
+        pytest.skip("HEADWATER_TEST_KAFKA is not set (export it from scripts/kafka.sh)")
+    text = README.read_text()
+    start = text.index("## Kafka in and out")
+    section = text[start : text.index("\n## ", start + 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+    table = namespace["read_upserts"](namespace["results"], namespace["bootstrap"])
+    got = sorted(zip(table["team"], table["window_start"], table["total"], strict=True))
+    assert got == [("blue", "2026-01-01T09:00:00.000Z", 4), ("red", "2026-01-01T09:00:00.000Z", 3)]
+    letters = namespace["local"].dead_letters()
+    assert letters["kafka_value"].tolist() == ["not json"]
+    out = capsys.readouterr().out
+    assert "not json" in out

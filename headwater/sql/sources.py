@@ -10,6 +10,7 @@ rows and watermarks); parquet, csv and json are files, read here as they are
 ``'correction.gamma'``) corrections of its dead letters (:mod:`headwater.sql.correct`).
 Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
 ``table`` (the current rows in DuckDB or PostgreSQL, ``'table'`` naming it).
+Kafka tables (``'connector'`` = ``kafka`` / ``upsert-kafka``): :mod:`headwater.sql.kafka_tables`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from headwater.sql.correct import corrections_option
 from headwater.sql.ddl import SourceDef
 from headwater.sql.errors import SqlError
 from headwater.sql.hybrid import watermark_option
+from headwater.sql.kafka_tables import is_kafka, kafka_sink, kafka_source
 from headwater.sql.replay import read_replay
 
 SINK_FORMATS = ("changelog", "table")
@@ -56,6 +58,8 @@ def local_source(d: SourceDef) -> Table:
 
 
 def _local_table(d: SourceDef) -> Table:
+    if is_kafka(d):
+        return kafka_source(d)
     fmt, path = d.options.get("format", "").lower(), d.options.get("path")
     if path is None:
         raise SqlError(f"table {d.name!r} has no 'path'", d.line, None, "Add WITH ('path' = ...)")
@@ -96,6 +100,8 @@ def _local_table(d: SourceDef) -> Table:
 
 def make_sink(d: SourceDef):
     """The sink a ``CREATE TABLE ... WITH ('format' = 'changelog' | 'table')`` declares."""
+    if is_kafka(d):
+        return kafka_sink(d)
     fmt, path = d.options.get("format", "").lower(), d.options.get("path")
     if path is None:
         raise SqlError(f"sink {d.name!r} has no 'path'", d.line)
@@ -105,4 +111,6 @@ def make_sink(d: SourceDef):
 
 
 def is_sink(d: SourceDef) -> bool:
-    return d.event_time is None and d.options.get("format", "").lower() in SINK_FORMATS
+    if d.event_time is not None:
+        return False
+    return is_kafka(d) or d.options.get("format", "").lower() in SINK_FORMATS

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headwater.io.kafka import cached_spark_jars
 from headwater.io.replay import read_replay, write_timeline
 from headwater.model.reducer import Aggregations, Emission
 from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
@@ -57,6 +58,10 @@ def spark_session():
     builder = SparkSession.builder
     for key, value in LOCAL_CONF.items():
         builder = builder.config(key, value)
+    # Spark's Kafka connector, when scripts/kafka.sh has resolved it (local files).
+    jars = cached_spark_jars()
+    if jars:
+        builder = builder.config("spark.jars", jars)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -1,0 +1,236 @@
+"""``headwater bench nexmark``: the Flink NEXMark queries over generated events.
+
+For each query (tests/sql/nexmark/queries/qN.sql, Flink's text with only its
+connectors replaced), headwater runs it as a script into a DuckDB table sink:
+on the local runner over the replay files, or on Spark (``--runner spark``)
+over the Parquet file streams (availableNow). On Spark, Spark's own Structured
+Streaming runs the hand-written q0 (projection), q1 (currency conversion) and
+q2 (filter) over the same files. Reported per engine: status (ran / refused with
+headwater's message / not written, with why), seconds, events per second per
+core (all generated events, as NEXMark counts them) and output rows. A progress
+line per query (to stderr with ``--json``); at the end the status table as
+Markdown, or with ``--json`` one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from headwater.nexmark import NexmarkConfig, generate
+from headwater.nexmark.output import write
+from headwater.sql.errors import SqlError
+from headwater.sql.script import run_script
+
+#: The query texts, in the source tree.
+QUERY_DIR = Path(__file__).resolve().parents[2] / "tests" / "sql" / "nexmark" / "queries"
+ALL = [f"q{i}" for i in range(24)]
+#: Cores each runner uses (the local runner is one process; Spark runs local[2]).
+CORES = {"local": 1, "spark": 2}
+_REPLAY = re.compile(r"'format' = 'replay', 'path' = '\$\{DATA\}/(\w+)\.jsonl'")
+#: Why Spark's own streaming query is not given for a query.
+NATIVE_MISSING = {
+    "q6": "not expressible: Spark streaming has no OVER windows (non-time-based windows)",
+    "q9": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
+    "q12": "not expressible: Spark streaming has no processing-time windows",
+    "q13": "not expressible: Spark streaming has no processing-time temporal join",
+    "q18": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
+    "q19": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="headwater bench nexmark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--queries", default=",".join(ALL), help="comma-separated (default all)")
+    p.add_argument("--events", type=int, default=10_000, help="events (default 10,000)")
+    p.add_argument("--runner", choices=["local", "spark"], default="local", help="(local)")
+    p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    p.add_argument("--rate", type=int, default=1000, help="events/s of event time (1000)")
+    p.add_argument("--out-of-order-ms", type=int, default=2000, help="arrival delay (2000)")
+    p.add_argument("--step-ms", type=int, default=1000, help="replay step, ms (1000)")
+    p.add_argument("--events-per-file", type=int, default=None, help="Parquet (events/10)")
+    p.add_argument("--query-dir", default=str(QUERY_DIR), help="where qN.sql and ddl.sql are")
+    p.add_argument("--workdir", default=None, help="data, sinks, checkpoints (temp dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args(argv)
+
+
+def prepare(args, work: Path) -> tuple[Any, Path]:
+    """Generate the events once; write replay and Parquet files and the side input."""
+    config = NexmarkConfig(
+        events=args.events,
+        seed=args.seed,
+        first_event_rate=args.rate,
+        out_of_order_ms=args.out_of_order_ms,
+    )
+    events = generate(config)
+    data = work / "data"
+    per_file = args.events_per_file or max(1, args.events // 10)
+    write(events, data, ["replay", "parquet"], per_file, step_ms=args.step_ms)
+    keys = np.arange(10_000)
+    side = pd.DataFrame({"key": keys, "value": (keys * 7).astype(str)})
+    side.to_csv(data / "side_input.csv", index=False)
+    return events, data
+
+
+def script(name: str, args, data: Path, sink: Path) -> str:
+    """The query's script: ddl.sql (replay files, or Parquet directories on Spark)."""
+    ddl = (Path(args.query_dir) / "ddl.sql").read_text()
+    if args.runner == "spark":
+        ddl = _REPLAY.sub(r"'format' = 'parquet', 'path' = '${DATA}/\1'", ddl)
+    text = ddl + "\n" + (Path(args.query_dir) / f"{name}.sql").read_text()
+    return text.replace("${DATA}", str(data)).replace("${SINK}", str(sink))
+
+
+def sink_rows(sink: Path, name: str) -> int:
+    """Rows of the sink table (each distinct row kept once with its count; no
+    table: the query wrote no row)."""
+    if not sink.exists():
+        return 0
+    with duckdb.connect(str(sink)) as con:
+        tables = {t for (t,) in con.execute("SHOW TABLES").fetchall()}
+        if f"nexmark_{name}" not in tables:
+            return 0
+        return int(con.execute(f"SELECT coalesce(sum(__n), 0) FROM nexmark_{name}").fetchone()[0])
+
+
+def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[str, Any]:
+    sink = work / f"{name}-{args.runner}.duckdb"
+    options: dict[str, Any] = {}
+    if args.runner == "spark":
+        options["checkpoint"] = str(work / f"checkpoint-{name}")
+    started = time.perf_counter()
+    try:
+        list(run_script(script(name, args, data, sink), runner=args.runner, **options))
+    except SqlError as exc:
+        return {"status": "refused", "reason": str(exc).splitlines()[0]}
+    seconds = time.perf_counter() - started
+    return _timed(seconds, total, CORES[args.runner], sink_rows(sink, name))
+
+
+def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]:
+    return {
+        "status": "ran",
+        "seconds": round(seconds, 3),
+        "events_per_s_per_core": round(events / seconds / cores),
+        "rows": rows,
+    }
+
+
+def _native_plans(F):
+    """Spark's own streaming query per query, from the ``bid`` stream."""
+    cols = ["auction", "bidder", "price", "dateTime", "extra"]
+    return {
+        "q0": lambda bid: bid.select(*cols),
+        "q1": lambda bid: bid.select(
+            "auction", "bidder", (F.lit(0.908) * F.col("price")).alias("price"), "dateTime", "extra"
+        ),
+        "q2": lambda bid: bid.where(F.col("auction") % 123 == 0).select("auction", "price"),
+    }
+
+
+def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
+    """Spark's own Structured Streaming query (availableNow, rows counted per batch)."""
+    from pyspark.sql import functions as F
+
+    from headwater.runners.spark.timeline import spark_session
+
+    plan = _native_plans(F).get(name)
+    if plan is None:
+        return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
+    spark = spark_session()
+    schema = spark.read.parquet(str(data / "bid")).schema
+    bid = spark.readStream.schema(schema).parquet(str(data / "bid"))
+    counted: list[int] = []
+    started = time.perf_counter()
+    query = (
+        plan(bid)
+        .writeStream.foreachBatch(lambda df, _: counted.append(df.count()))
+        .option("checkpointLocation", str(work / f"native-checkpoint-{name}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return _timed(time.perf_counter() - started, total, CORES["spark"], sum(counted))
+
+
+def bench(args) -> dict[str, Any]:
+    names = [q.strip() for q in args.queries.split(",") if q.strip()]
+    unknown = [q for q in names if q not in ALL]
+    if unknown:
+        raise ValueError(f"unknown queries {unknown}; choose from q0..q23")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        events, data = prepare(args, work)
+        result: dict[str, Any] = {
+            "events": events.events,
+            "generator_events_per_s": round(events.events_per_second),
+            "runner": args.runner,
+            "config": vars(args),
+            "queries": {},
+        }
+        for name in names:
+            entry = {"headwater": run_headwater(name, args, data, work, events.events)}
+            if args.runner == "spark":
+                entry["spark"] = run_native(name, data, work, events.events)
+            result["queries"][name] = entry
+            print(progress(name, entry), file=sys.stderr if args.json else sys.stdout, flush=True)
+    return result
+
+
+def progress(name: str, entry: dict[str, Any]) -> str:
+    parts = []
+    for engine, r in entry.items():
+        if r["status"] == "ran":
+            parts.append(
+                f"{engine}: {r['rows']} rows in {r['seconds']:.2f}s "
+                f"({r['events_per_s_per_core']:,} events/s/core)"
+            )
+        else:
+            parts.append(f"{engine}: {r['status']} ({r['reason']})")
+    return f"{name}: " + "; ".join(parts)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The status table: per query and engine, what ran (rows, events/s/core) or why not."""
+    engines = list(next(iter(result["queries"].values()), {}))
+    header = ["query"] + [f"{e} ({result['runner']})" if e == "headwater" else e for e in engines]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in result["queries"].items():
+        cells = [name]
+        for engine in engines:
+            r = entry[engine]
+            if r["status"] == "ran":
+                cells.append(f"ran: {r['rows']} rows, {r['events_per_s_per_core']:,} events/s/core")
+            else:
+                cells.append(f"{r['status']}: {r['reason'].replace('|', '/')}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    try:
+        result = bench(args)
+    except ValueError as exc:
+        print(f"headwater bench nexmark: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else markdown(result))
+    return 0
