@@ -657,6 +657,7 @@ class WindowedAggregation:
             dead_letter_sink=dead_letter_sink,
             trigger=trigger,
             query_name=query_name,
+            num_shards=num_shards,
         )
 
     def _streaming_output(self, num_shards: int | None) -> DataFrame:

@@ -5,6 +5,11 @@ module, imported only when that subcommand runs (importing PySpark or Beam costs
 seconds, and `headwater --help` should not pay for it). Everything after the
 subcommand name is handed to that function unchanged, so each implementation owns
 its own options and `--help`.
+
+A new subcommand is one entry of `COMMANDS`. A command with subcommands of its own
+(`headwater bench NAME`) lists them with an `available() -> list[str]` function in
+its module; tests/test_cli.py walks them all and checks that every option has help
+and shows its default (argparse.ArgumentDefaultsHelpFormatter).
 """
 
 from __future__ import annotations

@@ -12,10 +12,16 @@ by one DuckDB query) against one query per group.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """A benchmark's ``--help``: its module docstring as written, and every option's
+    default (what a run measures depends on them)."""
 
 
 def available() -> list[str]:

@@ -29,6 +29,8 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
+from headwater.bench import HelpFormatter
+
 SPAN_MS = 3_600_000
 FIXED = "2 minutes"
 GAP = "30 seconds"
@@ -212,15 +214,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="headwater bench batch",
         description="headwater's bounded (batch) plan vs hand-written Spark SQL: fixed-window "
         "and session sums per key.",
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the input")
+    parser.add_argument("--keys", type=int, default=10_000, help="distinct keys")
     parser.add_argument("--reps", type=int, default=5, help="timed runs per query (median)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--data-dir", help="where the generated Parquet is kept (reused)")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--shuffle-partitions", type=int, default=4)
-    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument(
+        "--data-dir",
+        help="where the generated Parquet is kept, reused "
+        "(None: headwater-bench-batch in the temporary directory)",
+    )
+    parser.add_argument("--master", default="local[2]", help="Spark master")
+    parser.add_argument(
+        "--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions"
+    )
+    parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.rows < 1 or args.keys < 1 or args.reps < 1:
         parser.error("--rows, --keys and --reps must be positive")

@@ -77,6 +77,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from headwater.bench import HelpFormatter
+
 T0_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 BUNDLE_SPAN_MS = 6_000  # event time covered by one bundle
 WINDOW_MS = 60_000
@@ -453,22 +455,23 @@ def _parser() -> argparse.ArgumentParser:
         prog="headwater bench core",
         description="Fixed-window early/on-time/late sum: headwater's local runner "
         "against Beam's Python direct runner on the same input and timeline.",
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--elements", type=int, default=1_000_000)
-    p.add_argument("--keys", type=int, default=10_000)
-    p.add_argument("--bundles", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--elements", type=int, default=1_000_000, help="elements of the input")
+    p.add_argument("--keys", type=int, default=10_000, help="distinct keys")
+    p.add_argument("--bundles", type=int, default=100, help="bundles the input arrives in")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the input")
     p.add_argument(
         "--beam-elements",
         type=int,
         default=None,
-        help="run Beam on only the first M elements (default: all of them, the same input)",
+        help="run Beam on only the first M elements (None: all of them, the same input)",
     )
     p.add_argument(
         "--beam-timeout",
         type=float,
         default=4 * 3600.0,
-        help="give up on Beam after this many seconds (default 4 h)",
+        help="give up on Beam after this many seconds",
     )
     p.add_argument("--skip-beam", action="store_true", help="run headwater only")
     p.add_argument("--json", action="store_true", help="print one JSON object")

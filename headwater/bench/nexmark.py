@@ -28,6 +28,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from headwater.bench import HelpFormatter
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 from headwater.sql.errors import SqlError
@@ -54,18 +55,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="headwater bench nexmark",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--queries", default=",".join(ALL), help="comma-separated (default all)")
-    p.add_argument("--events", type=int, default=10_000, help="events (default 10,000)")
-    p.add_argument("--runner", choices=["local", "spark"], default="local", help="(local)")
-    p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
-    p.add_argument("--rate", type=int, default=1000, help="events/s of event time (1000)")
-    p.add_argument("--out-of-order-ms", type=int, default=2000, help="arrival delay (2000)")
-    p.add_argument("--step-ms", type=int, default=1000, help="replay step, ms (1000)")
-    p.add_argument("--events-per-file", type=int, default=None, help="Parquet (events/10)")
+    p.add_argument("--queries", default=",".join(ALL), help="comma-separated")
+    p.add_argument("--events", type=int, default=10_000, help="events")
+    p.add_argument(
+        "--runner", choices=["local", "spark"], default="local", help="where the queries run"
+    )
+    p.add_argument("--seed", type=int, default=0, help="generator seed")
+    p.add_argument("--rate", type=int, default=1000, help="events/s of event time")
+    p.add_argument("--out-of-order-ms", type=int, default=2000, help="arrival delay")
+    p.add_argument("--step-ms", type=int, default=1000, help="replay step, ms")
+    p.add_argument(
+        "--events-per-file",
+        type=int,
+        default=None,
+        help="events per Parquet file (None: events/10)",
+    )
     p.add_argument("--query-dir", default=str(QUERY_DIR), help="where qN.sql and ddl.sql are")
-    p.add_argument("--workdir", default=None, help="data, sinks, checkpoints (temp dir)")
+    p.add_argument(
+        "--workdir", default=None, help="data, sinks, checkpoints (None: a temporary directory)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 

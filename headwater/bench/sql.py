@@ -63,6 +63,7 @@ import tempfile
 import time
 from typing import Any
 
+from headwater.bench import HelpFormatter
 from headwater.bench.streaming import (
     _run,
     _session,
@@ -84,34 +85,47 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="headwater bench sql",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--rows", type=int, default=2_000_000, help="events (default 2,000,000)")
+    p.add_argument("--rows", type=int, default=2_000_000, help="events")
     p.add_argument(
         "--keys",
         default="10000",
-        help="distinct keys; a comma list runs one benchmark per value (default 10000)",
+        help="distinct keys; a comma list runs one benchmark per value",
     )
-    p.add_argument("--mode", choices=["both", "bounded", "streaming"], default="both")
-    p.add_argument("--span", type=float, default=400.0, help="seconds of event time (400)")
-    p.add_argument("--window", type=float, default=2.0, help="window size, s (default 2)")
-    p.add_argument("--disorder", type=float, default=5.0, help="max lateness, s (default 5)")
-    p.add_argument("--late-fraction", type=float, default=0.001, help="fraction 60 s late (0.001)")
-    p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s (default 10)")
+    p.add_argument(
+        "--mode", choices=["both", "bounded", "streaming"], default="both", help="which queries"
+    )
+    p.add_argument("--span", type=float, default=400.0, help="seconds of event time")
+    p.add_argument("--window", type=float, default=2.0, help="window size, s")
+    p.add_argument("--disorder", type=float, default=5.0, help="max lateness, s")
+    p.add_argument("--late-fraction", type=float, default=0.001, help="fraction 60 s late")
+    p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s")
     p.add_argument("--emit", default="AFTER WATERMARK", help="headwater's EMIT (streaming)")
-    p.add_argument("--files", type=int, default=20, help="Parquet files (default 20)")
-    p.add_argument("--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger (5)")
-    p.add_argument("--partitions", type=int, default=2, help="shuffle partitions (default 2)")
-    p.add_argument("--shards", type=int, default=None, help="headwater shards (partitions)")
+    p.add_argument("--files", type=int, default=20, help="Parquet files")
+    p.add_argument("--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger")
+    p.add_argument("--partitions", type=int, default=2, help="shuffle partitions")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="headwater shards (None: --partitions, at most the cores)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="timed runs per engine (median)")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed first runs")
     p.add_argument("--no-lift", action="store_true", help="headwater without combiner lifting")
+    p.add_argument("--arrow-batch", type=int, default=10_000, help="arrow.maxRecordsPerBatch")
     p.add_argument(
-        "--arrow-batch", type=int, default=10_000, help="arrow.maxRecordsPerBatch (10000)"
+        "--only", choices=["native", "headwater"], default=None, help="run one engine (None: both)"
     )
-    p.add_argument("--only", choices=["native", "headwater"], default=None)
-    p.add_argument("--profile", default=None, help="cProfile headwater's workers into DIR")
-    p.add_argument("--workdir", default=None, help="where data and checkpoints go (temp dir)")
+    p.add_argument(
+        "--profile", default=None, help="cProfile headwater's workers into DIR (None: not)"
+    )
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="data and checkpoints (None: a temporary directory)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)

@@ -57,6 +57,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from headwater.bench import HelpFormatter
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
 
@@ -65,47 +67,44 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="headwater bench streaming",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--rows", type=int, default=2_000_000, help="events (default 2,000,000)")
+    p.add_argument("--rows", type=int, default=2_000_000, help="events")
     p.add_argument(
         "--keys",
         default="1000,10000",
         help="distinct keys; a comma list runs one benchmark per value "
-        "(default 1000,10000: both ends of the range headwater targets)",
+        "(the default: both ends of the range headwater targets)",
     )
     p.add_argument(
         "--span",
         type=float,
         default=400.0,
-        help="seconds of event time the events cover (default 400)",
+        help="seconds of event time the events cover",
     )
-    p.add_argument("--window", type=float, default=2.0, help="window size, s (default 2)")
-    p.add_argument(
-        "--disorder", type=float, default=5.0, help="max lateness of ordinary events, s (default 5)"
-    )
+    p.add_argument("--window", type=float, default=2.0, help="window size, s")
+    p.add_argument("--disorder", type=float, default=5.0, help="max lateness of ordinary events, s")
     p.add_argument(
         "--late-fraction",
         type=float,
         default=0.001,
-        help="fraction of events 60 s late (default 0.001)",
+        help="fraction of events 60 s late",
     )
-    p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s (default 10)")
-    p.add_argument("--files", type=int, default=20, help="Parquet files (default 20)")
+    p.add_argument("--delay", type=float, default=10.0, help="watermark delay, s")
+    p.add_argument("--files", type=int, default=20, help="Parquet files")
+    p.add_argument("--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger")
     p.add_argument(
-        "--files-per-trigger", type=int, default=5, help="maxFilesPerTrigger (default 5)"
+        "--shards",
+        type=int,
+        default=None,
+        help="headwater shards (None: --partitions, at most the cores)",
     )
-    p.add_argument(
-        "--shards", type=int, default=None, help="headwater shards (default: shuffle partitions)"
-    )
-    p.add_argument(
-        "--partitions", type=int, default=2, help="spark.sql.shuffle.partitions (default 2)"
-    )
+    p.add_argument("--partitions", type=int, default=2, help="spark.sql.shuffle.partitions")
     p.add_argument(
         "--repeat",
         type=int,
         default=3,
-        help="measured runs of each engine, alternating (default 3); rows/s are medians",
+        help="measured runs of each engine, alternating; rows/s are medians",
     )
     p.add_argument(
         "--no-warmup", action="store_true", help="skip the warm-up run of each engine on one file"
@@ -118,11 +117,17 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "--arrow-batch",
         type=int,
         default=10_000,
-        help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default "
-        "10000; 100000 makes headwater's packing stage ~10%% faster)",
+        help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default; "
+        "100000 makes headwater's packing stage ~10%% faster)",
     )
-    p.add_argument("--only", choices=["native", "headwater"], default=None)
-    p.add_argument("--workdir", default=None, help="where data and checkpoints go (temp dir)")
+    p.add_argument(
+        "--only", choices=["native", "headwater"], default=None, help="run one engine (None: both)"
+    )
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="data and checkpoints (None: a temporary directory)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)

@@ -91,10 +91,14 @@ def spark_session():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="headwater demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=600)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", default="headwater-demo")
+    parser = argparse.ArgumentParser(
+        prog="headwater demo",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--events", type=int, default=600, help="events of the generated stream")
+    parser.add_argument("--seed", type=int, default=7, help="random seed of the stream")
+    parser.add_argument("--out", default="headwater-demo", help="output directory (emptied first)")
     args = parser.parse_args(argv)
 
     out = os.path.abspath(args.out)

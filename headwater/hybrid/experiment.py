@@ -294,32 +294,35 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="headwater experiment",
         description="HPM against MP-K-slack and AQ-K-slack (docs/hybrid.md)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("experiment", choices=["hpm"])
+    p.add_argument("experiment", choices=["hpm"], help="the experiment to run")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--profile", choices=["game1", "game2"], help="a generated stream")
     src.add_argument("--input", help="your own stream: CSV or Parquet (see --event-time ...)")
-    p.add_argument("--events", type=int, help="tuples to generate (default: the profile's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shards", type=int, default=1)
-    p.add_argument("--runner", choices=sorted(RUNNERS), default="spark")
+    p.add_argument("--events", type=int, help="tuples to generate (None: the profile's)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the generated stream")
+    p.add_argument("--shards", type=int, default=1, help="state shards of the stream module")
+    p.add_argument(
+        "--runner", choices=sorted(RUNNERS), default="spark", help="where the stream module runs"
+    )
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--work", help="work directory, emptied first (default OUT/work)")
+    p.add_argument("--work", help="work directory, emptied first (None: OUT/work)")
     for name, default in (("event-time", "ts"), ("arrival", "arrival"), ("key", "sensor")):
-        p.add_argument(f"--{name}", default=default, help=f"--input's column (default {default})")
-    p.add_argument("--value", default="speed", help="--input's summed column (default speed)")
+        p.add_argument(f"--{name}", default=default, help="--input's column")
+    p.add_argument("--value", default="speed", help="--input's summed column")
     p.add_argument("--arrival-is-order", action="store_true", help="--arrival is a position")
     t = Throughput()
     p.add_argument("--throughput-shards", default="1,2,4", help="shard counts to time")
     p.add_argument(
         "--throughput-masters",
         default=";".join(t.masters),
-        help=f"Spark masters to time on, separated by ';' (default {';'.join(t.masters)})",
+        help="Spark masters to time on, separated by ';'",
     )
     p.add_argument("--throughput-events", type=int, default=t.events, help="tuples used")
     p.add_argument("--throughput-density", type=int, default=t.density, help="copies per tuple")
     p.add_argument("--throughput-repeats", type=int, default=t.repeats, help="runs per count")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
 

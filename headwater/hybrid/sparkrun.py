@@ -46,6 +46,7 @@ from headwater.model.slack import SlackStrategy, SlackTrace
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.runners.spark import batch as B
 from headwater.runners.spark import streaming as S
+from headwater.runners.spark.session import ROCKSDB_PROVIDER, starting_query
 from headwater.runners.spark.types import of_spark
 
 
@@ -192,16 +193,8 @@ def start(
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
     )
-    previous = spark.conf.get(_PARTITIONS)
-    spark.conf.set(_PARTITIONS, str(shards))
-    try:
-        with S.state_store_for(spark):
-            return writer.start()
-    finally:
-        spark.conf.set(_PARTITIONS, previous)
-
-
-_PARTITIONS = "spark.sql.shuffle.partitions"
+    with starting_query(spark, shards):
+        return writer.start()
 
 
 @dataclass(frozen=True)
@@ -319,7 +312,7 @@ def _session_conf(master: str, work: Path) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.streaming.stateStore.providerClass": S.ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
         "spark.local.dir": str(work / "local"),
         "spark.sql.warehouse.dir": str(work / "warehouse"),

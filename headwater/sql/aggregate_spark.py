@@ -34,7 +34,8 @@ from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
 from headwater.runners.spark.output import changes, dead_letters
-from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
+from headwater.runners.spark.session import starting_query
+from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.types import of_spark
 from headwater.sql.aggregate import ET, KEY, AggregatePlan
 from headwater.sql.aggregate import dead_letters as sql_dead_letters
@@ -184,7 +185,7 @@ def collect(out, sql: AggregatePlan, checkpoint: str) -> SqlRun:
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
     )
-    with state_store_for(out.sparkSession):
+    with starting_query(out.sparkSession):
         query = writer.start()
     query.awaitTermination()
     if query.exception() is not None:
@@ -323,7 +324,7 @@ def start(
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    with state_store_for(out.sparkSession):
+    with starting_query(out.sparkSession, num_shards):
         return writer.start()
 
 

@@ -32,34 +32,57 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="headwater sql",
         description="Run streaming SQL over recorded streams (replay files) or tables.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("query", nargs="?", help="the query (or use -f)")
     p.add_argument("-f", "--file", help="a SQL script: CREATE TABLE ..., queries, INSERT INTO")
-    p.add_argument("--replay", action="append", default=[], metavar="TABLE=FILE.jsonl")
-    p.add_argument("--event-time", action="append", default=[], metavar="TABLE.COLUMN")
+    p.add_argument(
+        "--replay",
+        action="append",
+        default=[],
+        metavar="TABLE=FILE.jsonl",
+        help="read table TABLE from a replay file (rows with their arrival; repeatable)",
+    )
+    p.add_argument(
+        "--event-time",
+        action="append",
+        default=[],
+        metavar="TABLE.COLUMN",
+        help="the event-time column of a replayed table (repeatable)",
+    )
     p.add_argument(
         "--lateness",
         action="append",
         default=[],
         metavar="TABLE=DURATION",
-        help="allowed lateness of a table's data, e.g. Bid='5 minutes' (default 0)",
+        help="allowed lateness of a table's data, e.g. Bid='5 minutes' (none given: 0)",
     )
-    p.add_argument("--as-of", help="processing time of the table view (ISO timestamp)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "--as-of",
+        help="processing time of the table view, ISO (none: after all the input)",
+    )
+    p.add_argument(
+        "--format", choices=("table", "csv", "json"), default="table", help="output format"
+    )
     p.add_argument(
         "--dead-letters",
         metavar="PATH",
         help="write the input rows the query dropped: a CSV file; with -f, a directory "
         "(Parquet, one directory per query)",
     )
-    p.add_argument("--runner", choices=("local", "spark"), default="local")
+    p.add_argument(
+        "--runner",
+        choices=("local", "spark"),
+        default="local",
+        help="local: DuckDB in this process; spark: a local Spark session",
+    )
     p.add_argument(
         "--checkpoint", help="checkpoint directory of a script's streaming INSERT INTO (Spark)"
     )
     p.add_argument(
         "--follow",
         action="store_true",
-        help="keep a streaming INSERT INTO running (default: stop when the files are processed)",
+        help="keep a streaming INSERT INTO running (else: stop when the files are processed)",
     )
     return p
 

@@ -35,7 +35,8 @@ from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.model.windows import FixedWindows
 from headwater.runners.spark.output import changes, dead_letters
-from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
+from headwater.runners.spark.session import starting_query
+from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
 from headwater.sql.calls import first_call
@@ -267,7 +268,7 @@ class SparkSqlQuery(SqlQuery):
         )
         if trigger:
             writer = writer.trigger(**trigger)
-        with state_store_for(self.spark):
+        with starting_query(self.spark):
             return writer.start()
 
     def write(self, sink, *, dead_letter_sink=None, **options: Any) -> None:
@@ -442,7 +443,7 @@ def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
         .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
         .trigger(availableNow=True)
     )
-    with state_store_for(out.sparkSession):
+    with starting_query(out.sparkSession):
         query = writer.start()
     query.awaitTermination()
     full = [p for p in parts if len(p)]

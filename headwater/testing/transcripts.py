@@ -401,10 +401,17 @@ def run_files(paths: Sequence[str], runner_name: str = "local", out=sys.stdout) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="headwater transcripts", description=__doc__.splitlines()[0]
+        prog="headwater transcripts",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("files", nargs="+")
-    parser.add_argument("--runner", choices=["local", "spark"], default="local")
+    parser.add_argument("files", nargs="+", help="transcript files (YAML)")
+    parser.add_argument(
+        "--runner",
+        choices=["local", "spark"],
+        default="local",
+        help="local: the deterministic runner; spark: Structured Streaming",
+    )
     args = parser.parse_args(argv)
     _, failed = run_files(args.files, args.runner)
     return 0 if failed == 0 else 1

@@ -250,22 +250,37 @@ def _bash_example(command: Command) -> str:
     return "\n".join([*(DOC_ASSIGNMENTS[name] for name in used), command.text])
 
 
+#: The README's set-up step that puts ``headwater`` on the shell's PATH.
+ACTIVATE = "source .venv/bin/activate"
+
+
+def _without(directory: Path, path: str) -> str:
+    """``path`` (a PATH) without ``directory``: the shell of a user who has not
+    activated the environment."""
+    kept = [p for p in path.split(os.pathsep) if p and Path(p).resolve() != directory.resolve()]
+    return os.pathsep.join(kept)
+
+
 @pytest.mark.parametrize(
     "command",
     [README_COMMANDS[0], next(c for c in DOC_COMMANDS if '"$Q7' in c.text)],
     ids=lambda c: c.where,
 )
 def test_commands_are_shell(command: Command, workdir: Path) -> None:
-    """Pasted into bash, a command does what the in-process run above does."""
+    """Pasted into bash after the README's set-up (``source .venv/bin/activate`` at
+    the root of the checkout), a command does what the in-process run above does."""
+    assert ACTIVATE in README.read_text(encoding="utf-8")
     bash = shutil.which("bash")
-    headwater = Path(sys.executable).parent / "headwater"
-    if bash is None or not headwater.exists():
-        pytest.skip("needs bash and the installed headwater command")
-    path = f"{headwater.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    venv = ROOT / ".venv"
+    if bash is None or Path(sys.prefix).resolve() != venv.resolve():
+        pytest.skip("needs bash and the checkout's .venv (bash scripts/setup.sh)")
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = _without(venv / "bin", env.get("PATH", ""))
+    script = f"{ACTIVATE}\ncd {shlex.quote(str(workdir))}\n{_bash_example(command)}"
     done = subprocess.run(
-        [bash, "-c", _bash_example(command)],
-        cwd=workdir,
-        env={**os.environ, "PATH": path},
+        [bash, "-c", script],
+        cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,

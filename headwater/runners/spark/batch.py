@@ -101,6 +101,7 @@ from headwater.model.windows import (
     ValidityWindows,
     WindowFn,
 )
+from headwater.runners.spark.session import check_workers
 from headwater.runners.spark.types import to_spark, to_spark_pandas
 
 __all__ = [
@@ -470,13 +471,15 @@ def _model_plan(
     UDF (``applyInPandas``): exactly the bounded semantics of the module docstring,
     as one :meth:`Reducer.step` with the watermark at +inf (what the local runner
     does). For user combiners and window functions; output types come from
-    :meth:`CombineFn.output_type`."""
+    :meth:`CombineFn.output_type`. The workers run the core: checked first."""
     import numpy as np
     import pandas as pd
 
     from headwater.model.reducer import Reducer
     from headwater.model.steps import Bundle, MicroBatch, apply_step
     from headwater.model.time import MAX_TIMESTAMP
+
+    check_workers(valid.sparkSession)
 
     key_cols = list(plan.keys)
     strategy = plan.windowing

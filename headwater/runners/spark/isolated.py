@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 def job_env() -> dict[str, str]:
@@ -25,15 +25,19 @@ def job_env() -> dict[str, str]:
 
 
 def run_isolated(
-    cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | None = None
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group and return its exit status and output;
     on a timeout, kill the group and raise :class:`subprocess.TimeoutExpired`
-    (with the output so far)."""
+    (with the output so far). ``env``: variables set over :func:`job_env`'s."""
     proc = subprocess.Popen(
         list(cmd),
         cwd=cwd,
-        env=job_env(),
+        env={**job_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

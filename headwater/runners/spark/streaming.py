@@ -78,7 +78,6 @@ packer and the shard steps there (``pack-<pid>.prof``, ``step-<pid>.prof``,
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +117,7 @@ from headwater.runners.spark.output import (
 )
 from headwater.runners.spark.packing import Packer, lifted_aggregations, lifting
 from headwater.runners.spark.processor import ShardProcessor
+from headwater.runners.spark.session import check_workers, default_shards, starting_query
 from headwater.runners.spark.shard import aligned_shard_ids, shard_column
 from headwater.runners.spark.types import of_spark, to_spark
 from headwater.runners.spark.worker import (
@@ -150,7 +150,6 @@ __all__ = [
     "panes",
     "run_streaming",
     "start_streaming",
-    "state_store_for",
     "watermark_trace",
 ]
 
@@ -276,8 +275,12 @@ def compile_streaming(
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
-    ``num_shards``: state shards (default ``spark.sql.shuffle.partitions``;
-    keep it fixed for the life of a checkpoint). ``processing_time_col``:
+    ``num_shards``: state shards (default :func:`~headwater.runners.spark.session.
+    default_shards`: the shuffle partitions, at most the session's cores; keep it
+    fixed for the life of a checkpoint, and start the query with as many shuffle
+    partitions: :func:`start_streaming` does). Raises :class:`~headwater.runners.
+    spark.session.WorkerPythonError` if the session's Python workers cannot import
+    headwater. ``processing_time_col``:
     ``"auto"`` uses ``proc_ms`` if the input has it, else Spark's batch
     timestamp; ``None`` forces the batch timestamp. ``kind_col``: rows whose
     kind is ``'tick'`` or ``'clock'`` are control rows (a replay); then only a
@@ -301,6 +304,7 @@ def compile_streaming(
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
     spark = df.sparkSession
+    check_workers(spark)
     if timestamps is None:
         timestamps = "timestamp" if plan.event_time_type == HT.TIMESTAMP else "ms"
     keys = list(plan.keys)
@@ -316,7 +320,7 @@ def compile_streaming(
     else:
         proc_col = processing_time_col
     kind: str | None = ("kind" if "kind" in names else None) if kind_col == "auto" else kind_col
-    n_shards = int(num_shards or int(spark.conf.get("spark.sql.shuffle.partitions")))
+    n_shards = int(num_shards or default_shards(spark))
     df, source = WATERMARKS[type(plan.watermark)](df, plan.watermark, plan.event_time)
     wm_col = source if isinstance(source, Column) else None
     derived = source.strategy if isinstance(source, PerShard) else None
@@ -464,11 +468,14 @@ def start_streaming(
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
     metrics_name: str | None = "headwater",
+    num_shards: int | None = None,
 ):
     """Start the query: panes to ``panes_sink``, dropped elements to
     ``dead_letter_sink`` (each ``f(batch_df, batch_id)``; make them idempotent
     per batch id: a batch re-runs after a failure). ``trigger``: keyword
-    arguments of ``DataStreamWriter.trigger``, e.g. ``{"availableNow": True}``."""
+    arguments of ``DataStreamWriter.trigger``, e.g. ``{"availableNow": True}``.
+    ``num_shards``: the one ``out`` was compiled with; the query runs with as
+    many shuffle partitions (:func:`~headwater.runners.spark.session.starting_query`)."""
     if metrics_name:
         out = observe_counts(out, metrics_name)
 
@@ -491,34 +498,5 @@ def start_streaming(
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    with state_store_for(out.sparkSession):
+    with starting_query(out.sparkSession, num_shards):
         return writer.start()
-
-
-#: The state store ``transformWithStateInPandas`` needs (Spark refuses the default
-#: one with STORE_BACKEND_NOT_SUPPORTED_FOR_TWS).
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
-
-
-@contextlib.contextmanager
-def state_store_for(spark: Any):
-    """Start a headwater query with the RocksDB state store, whatever the session says.
-
-    A streaming query copies the session's configuration when it starts (and a
-    restarted one reads its state store provider from its checkpoint), so the
-    provider is set only around the start and the user's own setting is restored
-    at once: other queries of the session are not affected.
-    """
-    previous = spark.conf.get(_PROVIDER_CONF, None)
-    if previous == ROCKSDB_PROVIDER:
-        yield
-        return
-    spark.conf.set(_PROVIDER_CONF, ROCKSDB_PROVIDER)
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(_PROVIDER_CONF)
-        else:
-            spark.conf.set(_PROVIDER_CONF, previous)

@@ -150,9 +150,9 @@ def run_timeline(
 ) -> list[Emission]:
     """The emission of every step, computed by a Spark streaming query.
 
-    ``shuffle_partitions``: the query's shuffle partitions (and, unless
-    ``num_shards`` is given, its shard count), set on the session while the
-    query runs: timelines are tiny, and every partition of a stateful
+    ``shuffle_partitions``: set on the session while the query runs, it gives
+    the shard count unless ``num_shards`` is given (the query runs with one
+    shuffle partition per shard): timelines are tiny, and every partition of a stateful
     operator costs a state-store commit per micro-batch (2 partitions run a
     10-step timeline in ~9 s, 4 in ~13 s). ``None`` keeps the session's value.
 
@@ -160,7 +160,8 @@ def run_timeline(
     one, exactly as the local runner reports them (with ``lift``, a dropped row
     is a partial aggregate with an ``elements`` count).
     """
-    from headwater.runners.spark.streaming import run_streaming, state_store_for
+    from headwater.runners.spark.session import starting_query
+    from headwater.runners.spark.streaming import run_streaming
 
     spark = spark or spark_session()
     replay_steps, types, key_type = timeline_steps(steps)
@@ -200,7 +201,7 @@ def run_timeline(
             .option("checkpointLocation", os.path.join(work, "checkpoint"))
             .trigger(availableNow=True)
         )
-        with state_store_for(spark):
+        with starting_query(spark, num_shards):
             query = writer.start()
         try:
             query.awaitTermination()

@@ -1,0 +1,176 @@
+"""headwater on a SparkSession the user made (headwater/runners/spark/session.py).
+
+A user's session has Spark's defaults: 200 shuffle partitions and the default
+state store. headwater's queries run with one shuffle partition per shard and
+the RocksDB state store, set for the query only; a session whose Python
+workers cannot import headwater is refused with one clear error before a query
+starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import headwater as hw
+from headwater.runners.spark.isolated import run_isolated
+from headwater.runners.spark.session import PARTITIONS_CONF, PROVIDER_CONF, default_shards
+
+pytestmark = pytest.mark.spark
+
+T0 = pd.Timestamp("2026-01-01 12:00:00")
+
+
+def _files(directory: Path) -> list[pd.DataFrame]:
+    """Three files, one per micro-batch, each two minutes later in event time (so
+    Spark's watermark closes the first minute's windows in the third batch)."""
+    frames = []
+    for i in range(3):
+        seconds = [i * 120 + s for s in range(0, 60, 6)]
+        frame = pd.DataFrame(
+            {
+                "team": ["blue", "red"] * 5,
+                "score": [s % 7 for s in seconds],
+                "ts": [T0 + pd.Timedelta(seconds=s) for s in seconds],
+            }
+        )
+        frame.to_json(directory / f"{i}.json", orient="records", lines=True, date_format="iso")
+        frames.append(frame)
+    return frames
+
+
+@pytest.fixture
+def user_session(spark):
+    """The shared session with a user's defaults: 200 shuffle partitions, no state
+    store provider set (restored afterwards)."""
+    saved = {key: spark.conf.get(key, None) for key in (PARTITIONS_CONF, PROVIDER_CONF)}
+    spark.conf.set(PARTITIONS_CONF, "200")
+    spark.conf.unset(PROVIDER_CONF)
+    try:
+        yield spark
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def test_a_default_session_runs_with_one_partition_per_shard(user_session, tmp_path):
+    spark = user_session
+    source = tmp_path / "in"
+    source.mkdir()
+    frames = _files(source)
+    stream = (
+        spark.readStream.schema("team string, score long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+    )
+    pipeline = (
+        hw.from_spark(stream, event_time="ts", watermark="10 seconds")
+        .window(hw.FixedWindows("1 minute"))
+        .group_by("team")
+        .agg(total=hw.sum("score"))
+    )
+    got: list[pd.DataFrame] = []
+    query = pipeline.start(
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        panes_sink=lambda batch, _: got.append(batch.toPandas()),
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+
+    shards = default_shards(spark)
+    assert shards <= spark.sparkContext.defaultParallelism < 200
+    operators = [op for p in query.recentProgress for op in p["stateOperators"]]
+    assert operators and {op["numShufflePartitions"] for op in operators} == {shards}
+    # ... set for the query only: the session keeps the user's settings
+    assert spark.conf.get(PARTITIONS_CONF) == "200"
+    assert spark.conf.get(PROVIDER_CONF, None) is None
+
+    # The windows the watermark closed are the bounded answer over the rows.
+    panes = pd.concat(got, ignore_index=True)
+    closed = panes[panes.window_end <= T0 + pd.Timedelta(minutes=2)]
+    assert len(closed) == 2
+    bounded = frames[0].groupby("team").score.sum()
+    assert dict(zip(closed.team, closed.total, strict=True)) == bounded.to_dict()
+
+
+_REFUSED = """
+import sys
+from pyspark.sql import SparkSession
+
+import headwater as hw
+from headwater.runners.spark.session import WorkerPythonError, check_workers
+
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .getOrCreate()
+)
+stream = spark.readStream.format("rate").load()
+pipeline = (
+    hw.from_spark(stream, event_time="timestamp", watermark="1 second")
+    .window(hw.FixedWindows("1 minute"))
+    .agg(n=hw.count())
+)
+try:
+    pipeline.start(checkpoint_location=sys.argv[1])
+except WorkerPythonError as exc:
+    print("REFUSED:", exc)
+else:
+    print("started")
+    sys.exit(1)
+# docs/spark.md's --py-files recipe: the zipped package is all the workers lack.
+spark.sparkContext.addPyFile(sys.argv[2])
+check_workers(spark)
+print("SHIPPED")
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_workers_without_headwater_are_refused_before_the_query_starts(tmp_path):
+    """Workers that run a Python without site-packages (``-S``: no headwater) get
+    one error naming their interpreter and the fix, not a worker's traceback;
+    shipping the package (docs/spark.md, ``--py-files``) is then enough."""
+    worker = tmp_path / "python-without-headwater"
+    worker.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    worker.chmod(worker.stat().st_mode | stat.S_IXUSR)
+    script = tmp_path / "refused.py"
+    script.write_text(textwrap.dedent(_REFUSED))
+    package = Path(hw.__file__).parent
+    shipped = shutil.make_archive(str(tmp_path / "headwater"), "zip", package.parent, package.name)
+    done = run_isolated(
+        [sys.executable, str(script), str(tmp_path / "checkpoint"), shipped],
+        timeout=240,
+        cwd=tmp_path,
+        env={"PYSPARK_PYTHON": str(worker)},
+    )
+    out = done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert f"Spark's Python workers use {worker}" in out
+    assert "cannot import headwater" in out or "a worker failed" in out
+    assert "set PYSPARK_PYTHON" in out and "--py-files" in out
+    assert not os.path.exists(tmp_path / "checkpoint" / "offsets")
+    assert out.rstrip().endswith("SHIPPED")
+
+
+def test_the_docs_example_runs(spark):
+    """docs/spark.md's Python blocks run as written (on the shared session)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "spark.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/spark.md", "exec"), {})  # noqa: S102
