@@ -43,6 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from headwater.bench import HelpFormatter
 from headwater.sql import sql
 from headwater.sql.catalog import PTIME, Table
 from headwater.sql.local import run_stream
@@ -109,16 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="headwater bench general",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--windows", type=int, default=1_000)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--small", type=int, default=310)
+    parser.add_argument(
+        "--rows", type=int, default=1_000_000, help="rows of the large case (many groups a step)"
+    )
+    parser.add_argument("--windows", type=int, default=1_000, help="windows of the large case")
+    parser.add_argument("--steps", type=int, default=50, help="steps of the large case")
+    parser.add_argument(
+        "--small", type=int, default=310, help="rows of the small case (one group a step)"
+    )
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--per-group", action="store_true", help="only one query per group")
     only.add_argument("--batched", action="store_true", help="only one query per step")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     modes = [False] if args.per_group else [True] if args.batched else [False, True]
     small = max(args.small // 10, 1)
