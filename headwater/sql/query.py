@@ -13,7 +13,7 @@ from headwater.sql.catalog import Catalog, Table, as_replay
 from headwater.sql.correct import correct
 from headwater.sql.dialect import Headwater, parse_query
 from headwater.sql.errors import SqlError, position
-from headwater.sql.local import SqlRun, run_bounded, run_stream, validate
+from headwater.sql.local import SqlRun, bounded_frames, run_bounded, run_stream, validate
 from headwater.sql.planner import QueryPlan, analyze
 
 
@@ -111,10 +111,14 @@ class SqlQuery:
 
     def dead_letters(self, as_of: int | None = None) -> pd.DataFrame:
         """Input the query dropped (late beyond the allowed lateness, null event
-        time), with the query's name, the table and the reason."""
+        time), with the query's name, the table, the reason and the row's columns."""
         if not self.plan.is_stream:
-            return pd.DataFrame(columns=["query", "table", "reason"])
+            return self._bounded_dead_letters()
         return self.run(as_of).dead_letters
+
+    def _bounded_dead_letters(self) -> pd.DataFrame:
+        """A bounded query's dead letters: its rows of NULL event time."""
+        return bounded_frames(self.plan)[1]
 
     def explain(self) -> str:
         """How the query runs: its tables, event-time groups, EMIT trigger and

@@ -44,7 +44,9 @@ from headwater.sql.local import (
     SqlRun,
     _columns_of,
     compile_sql,
+    event_times,
     is_keyed,
+    row_letters,
     steps_of,
     union_rows,
 )
@@ -114,15 +116,38 @@ class SparkSqlQuery(SqlQuery):
         super().__init__(text, tables, name)
         self.spark = spark or spark_session()
 
-    def bounded(self):
-        """The bounded query as a Spark DataFrame (one native plan)."""
+    def _frames(self):
+        """Each table as a Spark DataFrame, and its event-time column (or None)."""
+        times = event_times(self.plan)
         for table in (*self.plan.streams, *self.plan.tables):
             frame = table.spark
             if frame is None:
                 local = table.frame.drop(columns=[PTIME_COLUMN], errors="ignore")
                 frame = self.spark.createDataFrame(local)
+            column = times.get(table.name.lower())
+            yield table, frame, column if column in frame.columns else None
+
+    def bounded(self):
+        """The bounded query as a Spark DataFrame (one native plan), over the rows
+        of non-NULL event time (the others are dead letters)."""
+        from pyspark.sql import functions as F
+
+        for table, frame, column in self._frames():
+            if column is not None:
+                frame = frame.where(F.col(f"`{column}`").isNotNull())
             frame.createOrReplaceTempView(table.name)
         return self.spark.sql(to_engine_sql(self.plan.query, "spark", _columns_of(self.plan)))
+
+    def _bounded_dead_letters(self) -> pd.DataFrame:
+        """The rows of NULL event time of the tables, collected (they are few)."""
+        from pyspark.sql import functions as F
+
+        parts = [
+            (table.name, frame.where(F.col(f"`{column}`").isNull()).toPandas())
+            for table, frame, column in self._frames()
+            if column is not None
+        ]
+        return row_letters(self.plan, parts, DropReason.NULL_EVENT_TIME.value)
 
     def to_spark(self):
         return self.bounded()
