@@ -153,3 +153,67 @@ def test_stream_dead_letters_keep_every_column_of_the_row(spark, runner, path):
     kept(letters, ROWS)
     final = log.groupby(["k", "wstart"]).tail(1)
     assert int(final.loc[~final["undo"].astype(bool), "c"].sum()) + len(letters) == len(ROWS)
+
+
+# ------------------------------------------------------------------ Spark streams
+
+SCHEMA = "k string, ts timestamp, n bigint, note string, f double"
+
+
+def live(spark, tmp_path, text, parts, path="fast"):
+    """``text`` over parquet files arriving one per micro-batch: the last
+    micro-batch's changelog rows (all batches) and dead letters, as pandas."""
+    from headwater.model.watermarks import BoundedOutOfOrderness
+    from headwater.sql.catalog import Table
+    from headwater.sql.spark import SparkSqlQuery
+
+    src = tmp_path / "src"
+    for i, part in enumerate(parts):
+        frame = spark.createDataFrame(part.astype({"n": "float64"}), SCHEMA)
+        frame.coalesce(1).write.parquet(str(src / f"{i:02d}"))
+    stream = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .option("recursiveFileLookup", "true")
+        .parquet(str(src))
+    )
+    table = Table("t", spark=stream, event_time="ts", watermark=BoundedOutOfOrderness(10_000))
+    got: dict[str, list] = {"log": [], "dead": []}
+    q = SparkSqlQuery(text, {"t": table}, spark=spark)
+    with general_path() if path == "general" else _nothing():
+        handle = q.start(
+            checkpoint_location=str(tmp_path / "checkpoint"),
+            sink=lambda b, i: got["log"].append(b.toPandas()),
+            dead_letter_sink=lambda b, i: got["dead"].append(b.toPandas()),
+            trigger={"availableNow": True},
+        )
+    handle.awaitTermination(300)
+    assert handle.exception() is None
+    dead = [d for d in got["dead"] if len(d)]
+    return pd.concat(got["log"], ignore_index=True), pd.concat(dead, ignore_index=True)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+#: On a live stream: the first rows, then a row far later (the watermark passes
+#: every test window), then the row at 12:00:00 again, now late.
+SENTINEL = pd.DataFrame(
+    {"k": ["zz"], "ts": [T0 + pd.Timedelta(days=1)], "n": [0], "note": ["s"], "f": [0.0]}
+)
+
+
+@pytest.mark.parametrize("path", ["fast", "general"])
+def test_live_stream_dead_letters_keep_every_column_of_the_row(spark, tmp_path, path):
+    parts = [ROWS.iloc[:4], SENTINEL, ROWS.iloc[4:]]
+    log, letters = live(spark, tmp_path, WINDOWED + " EMIT STREAM", parts, path)
+    assert sorted(letters["reason"]) == ["late", "null_event_time"]
+    assert as_records(letters, ROWS.columns) == as_records(ROWS.iloc[[2, 4]], ROWS.columns)
+    log = log[log["k"] != "zz"]
+    final = log.groupby(["k", "wstart"]).tail(1)
+    assert int(final.loc[~final["undo"].astype(bool), "c"].sum()) + len(letters) == len(ROWS)
