@@ -44,7 +44,9 @@ class Table:
     :data:`PTIME`); ``spark`` a Spark DataFrame; ``watermarks`` a replay's
     watermark events (columns ``ptime``, ``watermark``, epoch ms);
     ``correction``: archive the rows and correct the dead letters of a query
-    that reads the stream (:mod:`headwater.sql.correct`)."""
+    that reads the stream (:mod:`headwater.sql.correct`); ``rejects``: lines of
+    its files that are not records (:mod:`headwater.sql.files`), dead letters of
+    every query that reads it."""
 
     name: str
     frame: pd.DataFrame | None = None
@@ -55,6 +57,7 @@ class Table:
     watermarks: pd.DataFrame | None = None
     types: dict[str, str] = field(default_factory=dict)
     correction: Corrections | None = None
+    rejects: pd.DataFrame | None = None
 
     @property
     def is_replay(self) -> bool:

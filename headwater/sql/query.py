@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from sqlglot import exp
 
+from headwater.model.schema import RAW_RECORD_COLUMNS
 from headwater.sql.aggregate import describe_path
 from headwater.sql.catalog import Catalog, Table, as_replay
 from headwater.sql.correct import correct
@@ -111,10 +112,12 @@ class SqlQuery:
 
     def dead_letters(self, as_of: int | None = None) -> pd.DataFrame:
         """Input the query dropped (late beyond the allowed lateness, null event
-        time), with the query's name, the table, the reason and the row's columns."""
-        if not self.plan.is_stream:
-            return self._bounded_dead_letters()
-        return self.run(as_of).dead_letters
+        time, a malformed line of a file), with the query's name, the table, the
+        reason and the row's columns (a malformed line: its file, line number and
+        text, :data:`~headwater.model.schema.RAW_RECORD_COLUMNS`)."""
+        if self.plan.is_stream:
+            return with_rejects(self.run(as_of).dead_letters, self.plan)
+        return with_rejects(self._bounded_dead_letters(), self.plan)
 
     def _bounded_dead_letters(self) -> pd.DataFrame:
         """A bounded query's dead letters: its rows of NULL event time."""
@@ -136,6 +139,23 @@ class SqlQuery:
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
             lines.append(f"  runs on: {describe_path(plan)}")
         return "\n".join(lines)
+
+
+def with_rejects(letters: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
+    """``letters`` and the malformed lines of the query's tables after them
+    (their row columns null)."""
+    parts = [
+        t.rejects.assign(query=plan.name, table=t.name)
+        for t in (*plan.streams, *plan.tables)
+        if t.rejects is not None and len(t.rejects)
+    ]
+    if not parts:
+        return letters
+    columns = [*letters.columns, *(c for c in RAW_RECORD_COLUMNS if c not in letters.columns)]
+    found = pd.concat(parts, ignore_index=True)
+    if not len(letters):
+        return found.reindex(columns=columns)
+    return pd.concat([letters, found], ignore_index=True).reindex(columns=columns)
 
 
 def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
