@@ -43,6 +43,7 @@ from headwater.sql.aggregate import dead_letters as sql_dead_letters
 from headwater.sql.catalog import PTIME, event_millis
 from headwater.sql.errors import SqlError
 from headwater.sql.local import SqlRun, steps_of
+from headwater.sql.permissive import CARRIED, event_time_sql, letter_columns
 
 #: Columns of the replay source that the pre-projection passes through.
 _REPLAY_COLUMNS = ("kind", "proc_ms", "watermark_ms")
@@ -67,9 +68,11 @@ def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry:
     WHERE flag, aggregate arguments and the event time ``__et``; with ``carry``,
     the row's columns for its dead letters (:func:`~headwater.sql.aggregate.carried`)."""
     items = [*sql.projection.select("spark")]
-    et = sql.shape.stream.event_time
-    items.append(f"`{et}` AS {ET}")
+    table = sql.shape.stream
+    items.append(f"{event_time_sql(table, f'`{table.event_time}`')} AS {ET}")
     items += [f"`{c}`" for c in passthrough]
+    if carry and table.permissive:
+        items += [f"`{c}`" for c in CARRIED]
     if carry:
         for name, f in zip(carried(sql), sql.schema, strict=True):
             value = f"`{f.name}`"
@@ -261,10 +264,11 @@ def dead_letter_frame(sql: AggregatePlan, out):
 
     rows = dead_letters(out)
     table = sql.shape.stream
+    reason, raw = letter_columns(rows)
     items = [
         F.lit(sql.query.name).alias("query"),
         F.lit(table.name).alias("table"),
-        F.col("reason"),
+        reason,
         F.timestamp_millis(F.col("window_start")).alias("window_start"),
         F.timestamp_millis(F.col("window_end")).alias("window_end"),
     ]
@@ -280,7 +284,7 @@ def dead_letter_frame(sql: AggregatePlan, out):
     else:
         items += _partial_columns(sql)
     items.append(F.col("elements"))
-    return rows.select(*items)
+    return rows.select(*items, *raw)
 
 
 def _partial_columns(sql: AggregatePlan) -> list:
@@ -343,7 +347,7 @@ def start(
         table.watermark,
         lift=lift,
         num_shards=num_shards,
-        carry=tuple(carried(sql)),
+        carry=(*carried(sql), *(CARRIED if table.permissive else ())),
     )
     if sink is None and dead_letter_sink is None:
         writer = changelog_frame(sql, out).writeStream.format("noop")

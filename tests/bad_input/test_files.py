@@ -173,3 +173,58 @@ def test_the_cli_prints_the_dead_letters_of_a_bounded_query(spark, tmp_path, cap
     assert main(["-f", str(script), "--runner", runner]) == 0
     err = capsys.readouterr().err
     assert "4 input rows dropped (malformed: 3, null_event_time: 1)" in err
+
+
+# ------------------------------------------------------------------ Spark file streams
+
+STREAM_SCRIPT = """
+CREATE TABLE t (k VARCHAR, ts TIMESTAMP, n BIGINT,
+                WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+  WITH ('format' = '{fmt}', 'path' = '{path}');
+CREATE TABLE out (k VARCHAR, wstart TIMESTAMP, c BIGINT)
+  WITH ('format' = 'changelog', 'path' = '{out}');
+INSERT INTO out
+SELECT {select}
+FROM Tumble(data => TABLE(t), timecol => DESCRIPTOR(ts), dur => INTERVAL '1' MINUTE)
+{group}
+EMIT STREAM;
+"""
+#: A windowed aggregate (the fast path) and a raw projection (the general path).
+SHAPES = {
+    "fast": ("k, wstart, COUNT(*) AS c", "GROUP BY k, wstart, wend"),
+    "general": ("k, wstart, n AS c", ""),
+}
+
+
+@pytest.mark.parametrize("path", ["fast", "general"])
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_a_spark_file_stream_dead_letters_its_malformed_lines(spark, tmp_path, fmt, path):
+    source = tmp_path / "in"
+    source.mkdir()
+    text = CSV if fmt == "csv" else JSON
+    (source / f"t.{fmt}").write_text(text)
+    select, group = SHAPES[path]
+    script = STREAM_SCRIPT.format(
+        fmt=fmt, path=source, out=tmp_path / "out", select=select, group=group
+    )
+    got = []
+    list(
+        run_script(
+            script,
+            runner="spark",
+            dead_letters=lambda name: lambda b, i: got.append(b.toPandas()),
+            checkpoint=str(tmp_path / "checkpoint"),
+            spark=spark,
+        )
+    )
+    letters = pd.concat(got, ignore_index=True)
+    bad = letters[letters["reason"] == "malformed"]
+    lines = [line for line in text.splitlines() if line.strip()]
+    expected = lines[2:5] if fmt == "csv" else lines[1:4]
+    assert sorted(bad["raw_record"]) == sorted(expected)
+    assert bad["source_file"].str.endswith(f"t.{fmt}").all()
+    nulls = letters[letters["reason"] == "null_event_time"]
+    assert [(k, int(n)) for k, n in zip(nulls["k"], nulls["n"], strict=True)] == [("b", 6)]
+    log = pd.read_parquet(tmp_path / "out")
+    total = len(log) if path == "general" else int(log["c"].sum())
+    assert total + len(letters) == len(lines) - (fmt == "csv")
