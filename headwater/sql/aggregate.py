@@ -47,8 +47,9 @@ runner calls its ``expire`` with the reducer's settled horizon
 state stays the size of the live windows, and a session merged into a live one
 keeps its row until the merge's retraction withdraws it.
 
-Dead letters have the general path's columns; of a dropped row's own columns,
-only the GROUP BY columns and the event time have values (:func:`dead_letters`).
+Dead letters have the general path's columns and values: the model carries
+each row's position in its table (:data:`ROW`; on a live Spark stream, the
+row's columns) to its dead letter (:func:`dead_letters`).
 """
 
 from __future__ import annotations
