@@ -352,6 +352,17 @@ def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):
     return ptimes, marks
 
 
+def _as_given(values: np.ndarray, dtype) -> pd.Series | np.ndarray:
+    """A column's values in the type the table gave it (a nullable integer carried
+    as floats with NaN comes back as integers with NULLs)."""
+    if values.dtype == dtype:
+        return values
+    try:
+        return pd.Series(values).astype(dtype).array
+    except (TypeError, ValueError):
+        return values
+
+
 def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
     """Dead letters of a query: the query, the table, why, the window, then the
     row's columns (those of every stream when none was dropped, so that the
@@ -370,10 +381,13 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
         for column in ("window_start", "window_end"):
             values = mine[column].to_numpy() if column in mine.columns else None
             frame[column] = pd.to_datetime(values, unit="ms") if values is not None else pd.NaT
+        given = sql.query.streams[i].frame
         for column, union in zip(layout.columns, layout.union, strict=True):
             values = mine[union].to_numpy()
             if column in layout.timestamps:
                 values = pd.to_datetime(pd.Series(values, dtype="float64"), unit="ms").to_numpy()
+            elif given is not None:
+                values = _as_given(values, given[column].dtype)
             frame[column] = values
         parts.append(frame)
     if not parts:
