@@ -55,6 +55,9 @@ class DropReason(str, Enum):
     NO_WINDOW = "no_window"
     #: its event time is null
     NULL_EVENT_TIME = "null_event_time"
+    #: a line of a source file that is not a record of its table: not CSV or
+    #: JSON, a wrong number of fields, or a value not of its column's type
+    MALFORMED = "malformed"
 
 
 #: Dead-letter metadata, after the key columns; the input columns follow.
@@ -65,6 +68,16 @@ DEAD_LETTER_METADATA: tuple[Field, ...] = (
     Field("elements", INT64),  # 1, or the element count of a pre-aggregated (lifted) row
 )
 DEAD_LETTER_COLUMNS: tuple[str, ...] = tuple(f.name for f in DEAD_LETTER_METADATA)
+
+#: Where a dead letter read from a file came from, after the input columns (a
+#: malformed line has no input columns: its raw text is the record).
+RAW_RECORD_FIELDS: tuple[Field, ...] = (
+    Field("source_file", STRING),
+    Field("source_line", INT64),  # 1-based, the header included; null when not known
+    Field("raw_record", STRING),  # the line as it is in the file
+    Field("error", STRING),  # what is wrong with it
+)
+RAW_RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in RAW_RECORD_FIELDS)
 
 #: Names no key or aggregation may take (they would clash with the outputs).
 RESERVED_NAMES: frozenset[str] = frozenset(

@@ -47,8 +47,9 @@ runner calls its ``expire`` with the reducer's settled horizon
 state stays the size of the live windows, and a session merged into a live one
 keeps its row until the merge's retraction withdraws it.
 
-Dead letters have the general path's columns; of a dropped row's own columns,
-only the GROUP BY columns and the event time have values (:func:`dead_letters`).
+Dead letters have the general path's columns and values: the model carries
+each row's position in its table (:data:`ROW`; on a live Spark stream, the
+row's columns) to its dead letter (:func:`dead_letters`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,15 @@ from headwater.sql.planner import QueryPlan
 
 #: Columns of the pre-projected rows (the model's input).
 KEY, ET, KEEP = "__gkey", "__et", "__keep"
+#: A replayed row's position in its table's frame: the model carries it to the
+#: dead letters, which take the row's own values from the frame.
+ROW = "__row"
+
+
+def carried(sql: AggregatePlan) -> dict[str, str]:
+    """The columns a live Spark stream's rows carry to the dead letters
+    (``__r<i>``, timestamps as epoch ms) -> the stream's column."""
+    return {f"__r{i}": f.name for i, f in enumerate(sql.schema)}
 
 
 def stream_schema(table: Table) -> pa.Schema:
@@ -322,6 +332,7 @@ def local_rows(sql: AggregatePlan) -> pd.DataFrame:
     out = con.sql(f'SELECT {", ".join(items)} FROM "{table.name}"').df()
     out[ET] = event_millis(frame[table.event_time])
     out[PTIME] = frame[PTIME].to_numpy(np.int64)
+    out[ROW] = np.arange(len(frame), dtype=np.int64)
     if not sql.shape.group:
         out[KEY] = np.zeros(len(out), dtype=np.int64)
     return out
@@ -345,7 +356,7 @@ def run_local(sql: AggregatePlan, steps_of, as_of: int | None = None):
     arrival = valid[PTIME].to_numpy(np.int64)
     begin = np.searchsorted(arrival, ptimes, side="left")
     end = np.searchsorted(arrival, ptimes, side="right")
-    values = sql.inputs
+    values = [*sql.inputs, ROW]
     changes = []
     previous = MIN_TIMESTAMP
     for i, ptime in enumerate(ptimes):
@@ -353,8 +364,7 @@ def run_local(sql: AggregatePlan, steps_of, as_of: int | None = None):
         bundle = None
         if len(part):
             ts = part[ET].to_numpy(np.float64).astype(np.int64)
-            inputs = part[values].reset_index(drop=True) if values else None
-            bundle = Bundle(part[KEY].to_numpy(), ts, inputs)
+            bundle = Bundle(part[KEY].to_numpy(), ts, part[values].reset_index(drop=True))
         wm = int(marks[i]) if marks[i] > previous else None
         previous = max(previous, int(marks[i]))
         emission = apply_step(reducer, MicroBatch(bundle, watermark=wm, now=int(ptime)))
@@ -386,6 +396,7 @@ def _as_dropped(rows: pd.DataFrame, reason: str) -> pd.DataFrame:
             "window_start": np.full(n, np.nan),
             "window_end": np.full(n, np.nan),
             "reason": np.full(n, reason, dtype=object),
+            ROW: rows[ROW].to_numpy(np.int64) if n else np.zeros(0, dtype=np.int64),
         }
     )
 
@@ -395,11 +406,11 @@ def dead_letters(sql: AggregatePlan, dropped: pd.DataFrame) -> pd.DataFrame:
     ``key``, ``timestamp``, ``window_start``, ``window_end``, ``reason``; a
     lifted drop on Spark also ``elements``), with the general path's columns
     in its order (:func:`headwater.sql.local.dead_letters`): query, table,
-    reason, window, then every column of the stream.
+    reason, window, then every column of the stream, with the row's own values
+    (the model carries each row's :data:`ROW`).
 
-    Only the GROUP BY columns and the event time carry the dropped row's
-    values; the stream's other columns are null: the model sees a row's key
-    and event time but not the row itself (a group's state is accumulators)."""
+    A lifted drop (``lift=True`` on Spark) is a partial aggregate, not a row:
+    only the GROUP BY columns and the event time have values there."""
     table = sql.shape.stream
     n = len(dropped)
     if "elements" in dropped.columns and n:
@@ -416,6 +427,10 @@ def dead_letters(sql: AggregatePlan, dropped: pd.DataFrame) -> pd.DataFrame:
     for column in ("window_start", "window_end"):
         ms = pd.to_numeric(dropped[column], errors="coerce").to_numpy(np.float64)
         out[column] = pd.to_datetime(ms, unit="ms")
+    if ROW in dropped.columns:
+        frame = table.frame.drop(columns=[PTIME], errors="ignore")
+        rows = frame.iloc[dropped[ROW].to_numpy(np.int64)].reset_index(drop=True)
+        return pd.concat([out, rows[[f.name for f in sql.schema]]], axis=1)
     kept = sql.maintainer.decode(dropped["key"].to_numpy()) if sql.shape.group and n else {}
     for f in sql.schema:
         if f.name in kept:

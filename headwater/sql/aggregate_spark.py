@@ -10,11 +10,13 @@ transform of every shard: each shard turns the panes of a micro-batch into
 changelog rows with one DuckDB query and keeps its groups' last results (only
 those of windows the model still holds) in Spark's state store.
 
-With combiner lifting (``lift="auto"``: where the runner finds it valid; never
-under a trigger that counts elements, such as the default ``EMIT`` or ``AFTER
-WATERMARK``'s late firings), a dead letter is one partial aggregate of
-``elements`` dropped rows; the SQL dead letters repeat it that many times, with
-the partial's earliest event time.
+Every row carries its own columns to the dead letters (a replay's row its
+position in the table, a live stream's row its columns), so a dropped row can
+be reprocessed; rows that travel whole are not lifted. Only with ``lift=True``
+(combiner lifting, where the runner finds it valid) does a dead letter become
+one partial aggregate of ``elements`` dropped rows, with the GROUP BY columns
+and the partial's earliest event time only; the SQL dead letters repeat it
+that many times.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.types import of_spark
-from headwater.sql.aggregate import ET, KEY, AggregatePlan
+from headwater.sql.aggregate import ET, KEY, ROW, AggregatePlan, carried
 from headwater.sql.aggregate import dead_letters as sql_dead_letters
 from headwater.sql.catalog import PTIME, event_millis
 from headwater.sql.errors import SqlError
 from headwater.sql.local import SqlRun, steps_of
+from headwater.sql.permissive import CARRIED, event_time_sql, letter_columns
 
 #: Columns of the replay source that the pre-projection passes through.
 _REPLAY_COLUMNS = ("kind", "proc_ms", "watermark_ms")
@@ -61,13 +64,22 @@ def _spark_type(t: pa.DataType) -> str:
     return "string"
 
 
-def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = ()):
+def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry: bool = False):
     """The pre-projection of the stream ``df`` (the stream's own columns): key,
-    WHERE flag, aggregate arguments and the event time ``__et``."""
+    WHERE flag, aggregate arguments and the event time ``__et``; with ``carry``,
+    the row's columns for its dead letters (:func:`~headwater.sql.aggregate.carried`)."""
     items = [*sql.projection.select("spark")]
-    et = sql.shape.stream.event_time
-    items.append(f"`{et}` AS {ET}")
+    table = sql.shape.stream
+    items.append(f"{event_time_sql(table, f'`{table.event_time}`')} AS {ET}")
     items += [f"`{c}`" for c in passthrough]
+    if carry and table.permissive:
+        items += [f"`{c}`" for c in CARRIED]
+    if carry:
+        for name, f in zip(carried(sql), sql.schema, strict=True):
+            value = f"`{f.name}`"
+            if pa.types.is_timestamp(f.type):
+                value = f"unix_millis(CAST({value} AS TIMESTAMP))"
+            items.append(f"{value} AS {name}")
     return df.selectExpr(*items)
 
 
@@ -78,8 +90,10 @@ def compile_stream(
     *,
     lift: bool | str = "auto",
     num_shards: int | None = None,
+    carry: tuple[str, ...] = (),
 ):
-    """The runner's streaming plan over the pre-projected ``df`` (see :func:`project`)."""
+    """The runner's streaming plan over the pre-projected ``df`` (see :func:`project`);
+    ``carry``: its columns each dead letter keeps (none with ``lift=True``)."""
     plan = build_plan(
         Schema.of({f.name: of_spark(f.dataType) for f in df.schema.fields}),
         keys=sql.keys,
@@ -97,6 +111,7 @@ def compile_stream(
         timestamps="ms",
         lift=lift,
         num_shards=num_shards,
+        carry=() if lift is True else carry,
     )
 
 
@@ -118,6 +133,8 @@ def write_stream_timeline(sql: AggregatePlan, path: str, as_of: int | None) -> d
         else:
             values[name] = frame[f.name].astype(object).where(frame[f.name].notna(), None)
     rows = pd.DataFrame(values)
+    rows[ROW] = np.arange(len(frame))
+    columns[ROW] = "bigint"
     ptime = frame[PTIME].to_numpy(np.int64)
     et = event_millis(frame[table.event_time])
     ptimes, marks = steps_of(sql.query, pd.DataFrame({PTIME: ptime}), as_of)
@@ -142,7 +159,7 @@ def replay_frame(spark, sql: AggregatePlan, path: str):
     replay's ``kind``, ``proc_ms`` and ``watermark_ms``)."""
     register_replay_source(spark)
     stream = read_timeline(spark, path)
-    items = list(_REPLAY_COLUMNS)
+    items = [*_REPLAY_COLUMNS, ROW]
     for i, f in enumerate(sql.schema):
         if pa.types.is_timestamp(f.type):
             items.append(f"timestamp_millis(`__c{i}`) AS `{f.name}`")
@@ -157,8 +174,9 @@ def run_replay(spark, sql: AggregatePlan, as_of: int | None = None, **options: A
     try:
         path = os.path.join(workdir, "timeline.jsonl")
         write_stream_timeline(sql, path, as_of)
-        df = project(sql, replay_frame(spark, sql, path), passthrough=_REPLAY_COLUMNS)
-        out = compile_stream(sql, df, Punctuated("watermark_ms"), **options)
+        passthrough = (*_REPLAY_COLUMNS, ROW)
+        df = project(sql, replay_frame(spark, sql, path), passthrough=passthrough)
+        out = compile_stream(sql, df, Punctuated("watermark_ms"), carry=(ROW,), **options)
         return collect(out, sql, os.path.join(workdir, "checkpoint"))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -216,6 +234,8 @@ def _model_drops(frame: pd.DataFrame) -> pd.DataFrame:
     )
     if "elements" in frame.columns:
         out["elements"] = frame["elements"].to_numpy()
+    if ROW in frame.columns:
+        out[ROW] = frame[ROW].to_numpy(np.int64)
     return out
 
 
@@ -238,21 +258,44 @@ def changelog_frame(sql: AggregatePlan, out):
 
 def dead_letter_frame(sql: AggregatePlan, out):
     """The dead letters of ``out`` (or of one micro-batch), as the SQL front end
-    shows them: query, table, reason, window, GROUP BY columns, event time, and
-    ``elements`` (more than 1 for a lifted partial aggregate)."""
+    shows them: query, table, reason, window, the row's columns (with
+    ``lift=True``: the GROUP BY columns and the event time of a partial
+    aggregate), and ``elements`` (more than 1 for a lifted partial aggregate)."""
+    from pyspark.sql import functions as F
+
+    rows = dead_letters(out)
+    table = sql.shape.stream
+    reason, raw = letter_columns(rows)
+    items = [
+        F.lit(sql.query.name).alias("query"),
+        F.lit(table.name).alias("table"),
+        reason,
+        F.timestamp_millis(F.col("window_start")).alias("window_start"),
+        F.timestamp_millis(F.col("window_end")).alias("window_end"),
+    ]
+    columns = carried(sql)
+    if set(columns) <= set(rows.columns):
+        for name, f in zip(columns, sql.schema, strict=True):
+            value = F.col(name)
+            items.append(
+                (F.timestamp_millis(value) if pa.types.is_timestamp(f.type) else value).alias(
+                    f.name
+                )
+            )
+    else:
+        items += _partial_columns(sql)
+    items.append(F.col("elements"))
+    return rows.select(*items, *raw)
+
+
+def _partial_columns(sql: AggregatePlan) -> list:
+    """The GROUP BY columns and event time of a lifted partial aggregate."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import from_arrow_type
 
-    rows = dead_letters(out)
+    items = []
     table = sql.shape.stream
-    items = [
-        F.lit(sql.query.name).alias("query"),
-        F.lit(table.name).alias("table"),
-        F.col("reason"),
-        F.timestamp_millis(F.col("window_start")).alias("window_start"),
-        F.timestamp_millis(F.col("window_end")).alias("window_end"),
-    ]
     group = sql.shape.group
     types = sql.maintainer.group_types
     carried = [T.LongType() if pa.types.is_timestamp(t) else from_arrow_type(t) for t in types]
@@ -271,8 +314,7 @@ def dead_letter_frame(sql: AggregatePlan, out):
         is_time = pa.types.is_timestamp(sql.schema.field(et).type)
         stamp = F.timestamp_millis(F.col("event_time")) if is_time else F.col("event_time")
         items.append(stamp.alias(et))
-    items.append(F.col("elements"))
-    return rows.select(*items)
+    return items
 
 
 def start(
@@ -302,7 +344,12 @@ def start(
             "Table(..., watermark=BoundedOutOfOrderness(ms))",
         )
     out = compile_stream(
-        sql, project(sql, table.spark), table.watermark, lift=lift, num_shards=num_shards
+        sql,
+        project(sql, table.spark, carry=True),
+        table.watermark,
+        lift=lift,
+        num_shards=num_shards,
+        carry=(*carried(sql), *(CARRIED if table.permissive else ())),
     )
     if sink is None and dead_letter_sink is None:
         writer = changelog_frame(sql, out).writeStream.format("noop")

@@ -24,6 +24,9 @@ from headwater.sql.errors import SqlError
 
 #: Column of a replayed table's rows: their processing time (epoch ms).
 PTIME = "__ptime"
+#: Columns of a Spark file stream that only its dead letters show: the text of a
+#: line Spark's reader could not parse (PERMISSIVE mode's corrupt record) and its file.
+RAW_RECORD, SOURCE_FILE = "__hw_raw_record", "__hw_source_file"
 #: The default Gamma of corrections: the hybrid model's 5 seconds.
 GAMMA_MS = 5_000
 
@@ -44,7 +47,9 @@ class Table:
     :data:`PTIME`); ``spark`` a Spark DataFrame; ``watermarks`` a replay's
     watermark events (columns ``ptime``, ``watermark``, epoch ms);
     ``correction``: archive the rows and correct the dead letters of a query
-    that reads the stream (:mod:`headwater.sql.correct`)."""
+    that reads the stream (:mod:`headwater.sql.correct`); ``rejects``: lines of
+    its files that are not records (:mod:`headwater.sql.files`), dead letters of
+    every query that reads it."""
 
     name: str
     frame: pd.DataFrame | None = None
@@ -55,6 +60,10 @@ class Table:
     watermarks: pd.DataFrame | None = None
     types: dict[str, str] = field(default_factory=dict)
     correction: Corrections | None = None
+    rejects: pd.DataFrame | None = None
+    #: a Spark file stream read in PERMISSIVE mode: it has :data:`RAW_RECORD` and
+    #: :data:`SOURCE_FILE`, which are not columns of the table
+    permissive: bool = False
 
     @property
     def is_replay(self) -> bool:
@@ -76,6 +85,7 @@ class Table:
             if isinstance(f.dataType, T.TimestampType | T.TimestampNTZType)
             else to_arrow_type(f.dataType)
             for f in self.spark.schema.fields
+            if f.name in self.columns
         }
 
     def check_spark_event_time(self) -> None:
@@ -106,7 +116,8 @@ class Table:
         if self.frame is not None:
             return [c for c in self.frame.columns if c != PTIME]
         if self.spark is not None:
-            return list(self.spark.columns)
+            hidden = (RAW_RECORD, SOURCE_FILE) if self.permissive else ()
+            return [c for c in self.spark.columns if c not in hidden]
         return list(self.types)
 
 

@@ -33,6 +33,7 @@ from headwater.sql.aggregate_shape import enabled
 from headwater.sql.calls import argument_error
 from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
 from headwater.sql.changelog import GROUP_COLUMNS, table_view
+from headwater.sql.dialect import WindowTVF
 from headwater.sql.errors import SqlError, position
 from headwater.sql.maintain import (
     EVENT_TIME,
@@ -168,11 +169,55 @@ def validate(plan: QueryPlan) -> None:
         raise _engine_error(exc, plan) from None
 
 
-def run_bounded(plan: QueryPlan) -> pd.DataFrame:
-    """The query over whole tables: the result after all input."""
-    con = duckdb.connect()
+def event_times(plan: QueryPlan) -> dict[str, str]:
+    """Each table's event-time column (by lower-case name): the one it declares,
+    else the DESCRIPTOR of a windowing TVF over it. A bounded query leaves out
+    the rows where it is NULL (dead letters), as a stream does."""
+    out = {t.name.lower(): t.event_time for t in (*plan.streams, *plan.tables) if t.event_time}
+    for tvf in plan.query.find_all(WindowTVF):
+        if isinstance(tvf.this, exp.Table):
+            out.setdefault(tvf.this.name.lower(), tvf.args["timecol"].name)
+    return out
+
+
+def bounded_frames(plan: QueryPlan) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """The rows a bounded query reads, per table, and the dead letters of the rows
+    it cannot use (NULL event time)."""
+    times = event_times(plan)
+    frames, letters = {}, []
     for table in (*plan.streams, *plan.tables):
-        con.register(table.name, table.frame.drop(columns=[PTIME], errors="ignore"))
+        frame = table.frame.drop(columns=[PTIME], errors="ignore")
+        column = times.get(table.name.lower())
+        if column is not None and column in frame.columns:
+            null = frame[column].isna().to_numpy()
+            letters.append((table.name, frame[null]))
+            frame = frame[~null]
+        frames[table.name] = frame
+    return frames, row_letters(plan, letters, DropReason.NULL_EVENT_TIME.value)
+
+
+def row_letters(plan: QueryPlan, parts, reason: str) -> pd.DataFrame:
+    """Dead letters of whole rows (``parts``: (table name, its rows)) in the
+    columns of :func:`dead_letters`: query, table, reason, window (none), then
+    the columns of every table that has an event time, each row's values as given."""
+    times = event_times(plan)
+    columns = ["query", "table", "reason", "window_start", "window_end"]
+    for table in (*plan.streams, *plan.tables):
+        if table.name.lower() in times:
+            columns += [c for c in table.columns if c not in columns]
+    meta = {"query": plan.name, "reason": reason, "window_start": pd.NaT, "window_end": pd.NaT}
+    frames = [rows.assign(table=name, **meta) for name, rows in parts if len(rows)]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(frames, ignore_index=True).reindex(columns=columns)
+
+
+def run_bounded(plan: QueryPlan) -> pd.DataFrame:
+    """The query over whole tables (less the rows of NULL event time): the result
+    after all input."""
+    con = duckdb.connect()
+    for name, frame in bounded_frames(plan)[0].items():
+        con.register(name, frame)
     text = to_engine_sql(plan.query, "duckdb", _columns_of(plan))
     try:
         return sql_typed(con.sql(text)).df()
@@ -341,6 +386,17 @@ def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):
     return ptimes, marks
 
 
+def _as_given(values: np.ndarray, dtype) -> pd.Series | np.ndarray:
+    """A column's values in the type the table gave it (a nullable integer carried
+    as floats with NaN comes back as integers with NULLs)."""
+    if values.dtype == dtype:
+        return values
+    try:
+        return pd.Series(values).astype(dtype).array
+    except (TypeError, ValueError):
+        return values
+
+
 def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
     """Dead letters of a query: the query, the table, why, the window, then the
     row's columns (those of every stream when none was dropped, so that the
@@ -359,10 +415,13 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
         for column in ("window_start", "window_end"):
             values = mine[column].to_numpy() if column in mine.columns else None
             frame[column] = pd.to_datetime(values, unit="ms") if values is not None else pd.NaT
+        given = sql.query.streams[i].frame
         for column, union in zip(layout.columns, layout.union, strict=True):
             values = mine[union].to_numpy()
             if column in layout.timestamps:
                 values = pd.to_datetime(pd.Series(values, dtype="float64"), unit="ms").to_numpy()
+            elif given is not None:
+                values = _as_given(values, given[column].dtype)
             frame[column] = values
         parts.append(frame)
     if not parts:

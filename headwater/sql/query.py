@@ -8,13 +8,22 @@ from typing import Any
 import pandas as pd
 from sqlglot import exp
 
+from headwater.model.schema import RAW_RECORD_COLUMNS
 from headwater.sql.aggregate import describe_path
 from headwater.sql.batch import BatchQuery
 from headwater.sql.catalog import Catalog, Table, as_replay
 from headwater.sql.correct import correct
 from headwater.sql.dialect import Headwater, parse_query
 from headwater.sql.errors import SqlError, position
-from headwater.sql.local import SqlPlan, SqlRun, compile_sql, run_bounded, run_stream, validate
+from headwater.sql.local import (
+    SqlPlan,
+    SqlRun,
+    bounded_frames,
+    compile_sql,
+    run_bounded,
+    run_stream,
+    validate,
+)
 from headwater.sql.planner import QueryPlan, analyze
 
 
@@ -112,10 +121,16 @@ class SqlQuery:
 
     def dead_letters(self, as_of: int | None = None) -> pd.DataFrame:
         """Input the query dropped (late beyond the allowed lateness, null event
-        time), with the query's name, the table and the reason."""
-        if not self.plan.is_stream:
-            return pd.DataFrame(columns=["query", "table", "reason"])
-        return self.run(as_of).dead_letters
+        time, a malformed line of a file), with the query's name, the table, the
+        reason and the row's columns (a malformed line: its file, line number and
+        text, :data:`~headwater.model.schema.RAW_RECORD_COLUMNS`)."""
+        if self.plan.is_stream:
+            return with_rejects(self.run(as_of).dead_letters, self.plan)
+        return with_rejects(self._bounded_dead_letters(), self.plan)
+
+    def _bounded_dead_letters(self) -> pd.DataFrame:
+        """A bounded query's dead letters: its rows of NULL event time."""
+        return bounded_frames(self.plan)[1]
 
     def explain(self) -> str:
         """How the query runs: its tables, event-time groups, EMIT trigger and
@@ -146,6 +161,23 @@ def _describe_batch(plan: QueryPlan) -> str:
     if isinstance(batch, BatchQuery):
         return "batched, one DuckDB query per step over all the groups that fire in it"
     return f"evaluated per group (one DuckDB query per fired group) because {batch}"
+
+
+def with_rejects(letters: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
+    """``letters`` and the malformed lines of the query's tables after them
+    (their row columns null)."""
+    parts = [
+        t.rejects.assign(query=plan.name, table=t.name)
+        for t in (*plan.streams, *plan.tables)
+        if t.rejects is not None and len(t.rejects)
+    ]
+    if not parts:
+        return letters
+    columns = [*letters.columns, *(c for c in RAW_RECORD_COLUMNS if c not in letters.columns)]
+    found = pd.concat(parts, ignore_index=True)
+    if not len(letters):
+        return found.reindex(columns=columns)
+    return pd.concat([letters, found], ignore_index=True).reindex(columns=columns)
 
 
 def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import pandas as pd
 from headwater.model.watermarks import Punctuated
 from headwater.sql.catalog import PTIME, Table
 from headwater.sql.errors import SqlError
+from headwater.sql.files import rejects, typed, with_guesses
 
 
 class ReplayError(SqlError):
@@ -51,6 +52,7 @@ def read_replay(
 ) -> Table:
     """The table ``name`` replayed from ``path``; ``event_time`` names its event-time column."""
     rows: list[dict] = []
+    lines: list[tuple[int, str]] = []
     ptimes: list[int] = []
     marks: list[tuple[int, int]] = []
     last = None
@@ -65,6 +67,7 @@ def read_replay(
             last = ptime
             if row is not None:
                 rows.append(row)
+                lines.append((number, line.rstrip("\n")))
                 ptimes.append(ptime)
             else:
                 marks.append((ptime, mark))
@@ -75,8 +78,12 @@ def read_replay(
             hint=f"Its columns are {sorted(frame.columns)}; name the event time with "
             f"--event-time {name}.COLUMN",
         )
-    frame = _typed(frame, event_time, types or {}, path)
-    frame[PTIME] = np.asarray(ptimes, dtype=np.int64)
+    frame, wrong = _typed(frame, event_time, types or {})
+    keep = wrong == ""
+    frame = frame[keep].reset_index(drop=True)
+    frame[PTIME] = np.asarray(ptimes, dtype=np.int64)[keep]
+    dropped = [lines[j] for j in np.flatnonzero(~keep)]
+    found = rejects(str(path), [n for n, _ in dropped], [t for _, t in dropped], wrong[~keep])
     watermarks = pd.DataFrame(marks, columns=["ptime", "watermark"]).astype(np.int64)
     return Table(
         name=name,
@@ -86,6 +93,7 @@ def read_replay(
         allowed_lateness=allowed_lateness,
         watermarks=watermarks,
         types=dict(types or {}),
+        rejects=found,
     )
 
 
@@ -106,34 +114,12 @@ def _parse_line(line: str, where: str) -> tuple[int, dict | None, int | None]:
     return ptime, None, millis(obj["watermark"], where)
 
 
-#: SQL type names (upper-case prefix) -> how a replay column is read.
-_READERS = {
-    "TIMESTAMP": lambda s: pd.to_datetime(s, utc=True).dt.tz_localize(None),
-    "DECIMAL": lambda s: pd.to_numeric(s).astype(np.float64),
-    "DOUBLE": lambda s: pd.to_numeric(s).astype(np.float64),
-    "FLOAT": lambda s: pd.to_numeric(s).astype(np.float64),
-    "BIGINT": lambda s: pd.to_numeric(s).astype("Int64"),
-    "INT": lambda s: pd.to_numeric(s).astype("Int64"),
-    "VARCHAR": lambda s: s.astype(object),
-    "STRING": lambda s: s.astype(object),
-    "BOOLEAN": lambda s: s.astype("boolean"),
-}
-
-
-def _typed(frame: pd.DataFrame, event_time: str, types: Mapping[str, str], path) -> pd.DataFrame:
-    """Columns typed by ``types``, else inferred; the event time as a timestamp."""
-    frame = frame.copy()
-    for column in frame.columns:
-        declared = types.get(column)
-        if declared is None and column == event_time:
-            declared = "TIMESTAMP" if frame[column].map(type).eq(str).any() else "BIGINT"
-        if declared is None:
-            continue
-        reader = next((r for k, r in _READERS.items() if declared.upper().startswith(k)), None)
-        if reader is None:
-            continue
-        try:
-            frame[column] = reader(frame[column])
-        except (TypeError, ValueError) as exc:
-            raise ReplayError(f"{path}: column {column!r} is not {declared}: {exc}") from None
-    return frame
+def _typed(frame: pd.DataFrame, event_time: str, types: Mapping[str, str]):
+    """Columns typed by ``types``, else by their values (:func:`with_guesses`); the
+    event time a timestamp (ISO text) or epoch ms. Also, per row, what value is
+    not of its column's type (``''``: none): such a row is a malformed line."""
+    declared = dict(types)
+    if event_time not in declared and event_time in frame.columns:
+        text = frame[event_time].map(type).eq(str).any()
+        declared[event_time] = "TIMESTAMP" if text else "BIGINT"
+    return typed(frame, with_guesses(frame, declared))

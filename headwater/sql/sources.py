@@ -28,15 +28,16 @@ from headwater.sql.catalog import Table
 from headwater.sql.correct import corrections_option
 from headwater.sql.ddl import SourceDef
 from headwater.sql.errors import SqlError
+from headwater.sql.files import FileRead, no_rejects, read_csv, read_json_lines
 from headwater.sql.hybrid import watermark_option
 from headwater.sql.kafka_tables import is_kafka, kafka_sink, kafka_source
 from headwater.sql.replay import read_replay
 
 SINK_FORMATS = ("changelog", "table")
 _READERS = {
-    "parquet": pd.read_parquet,
-    "csv": pd.read_csv,
-    "json": lambda path: pd.read_json(path, lines=True),
+    "parquet": lambda path, types: FileRead(pd.read_parquet(path), no_rejects()),
+    "csv": read_csv,
+    "json": read_json_lines,
 }
 
 
@@ -81,11 +82,13 @@ def _local_table(d: SourceDef) -> Table:
             f"Use one of {', '.join([*_READERS, 'replay'])} for a source, "
             f"{' or '.join(SINK_FORMATS)} for a sink",
         )
-    frames = [reader(p) for p in _files(path)]
+    reads = [reader(p, d.columns) for p in _files(path)]
+    frames = [r.frame for r in reads]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*d.columns])
     for column, sql_type in d.columns.items():
-        if sql_type.startswith("TIMESTAMP") and column in frame:
+        if sql_type.startswith("TIMESTAMP") and column in frame and fmt == "parquet":
             frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
+    rejects = pd.concat([r.rejects for r in reads], ignore_index=True) if reads else None
     delay = d.watermark_delay_ms
     watermark = None if delay is None else BoundedOutOfOrderness(delay)
     return Table(
@@ -95,6 +98,7 @@ def _local_table(d: SourceDef) -> Table:
         watermark=watermark,
         allowed_lateness=lateness,
         types=dict(d.columns),
+        rejects=rejects,
     )
 
 

@@ -29,9 +29,10 @@ from sqlglot import exp
 from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
-from headwater.model.schema import DropReason
+from headwater.model.schema import RAW_RECORD_FIELDS, DropReason
 from headwater.model.slack import SlackStrategy
 from headwater.model.time import to_millis
+from headwater.model.types import INT64
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.model.windows import FixedWindows
 from headwater.runners.spark.output import changes, dead_letters
@@ -40,7 +41,7 @@ from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
 from headwater.sql.calls import first_call
-from headwater.sql.catalog import Table
+from headwater.sql.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.changelog import in_order
 from headwater.sql.errors import SqlError, position
 from headwater.sql.local import (
@@ -48,7 +49,9 @@ from headwater.sql.local import (
     SqlRun,
     _columns_of,
     compile_sql,
+    event_times,
     is_keyed,
+    row_letters,
     steps_of,
     union_rows,
 )
@@ -56,6 +59,7 @@ from headwater.sql.local import (
     dead_letters as sql_dead_letters,
 )
 from headwater.sql.maintain import EVENT_TIME, KEY, SOURCE
+from headwater.sql.permissive import CARRIED, ERROR, event_time_sql
 from headwater.sql.query import SqlQuery
 from headwater.sql.translate import to_engine_sql
 
@@ -118,13 +122,25 @@ class SparkSqlQuery(SqlQuery):
         super().__init__(text, tables, name)
         self.spark = spark or spark_session()
 
-    def bounded(self):
-        """The bounded query as a Spark DataFrame (one native plan)."""
+    def _frames(self):
+        """Each table as a Spark DataFrame, and its event-time column (or None)."""
+        times = event_times(self.plan)
         for table in (*self.plan.streams, *self.plan.tables):
             frame = table.spark
             if frame is None:
                 local = table.frame.drop(columns=[PTIME_COLUMN], errors="ignore")
                 frame = self.spark.createDataFrame(local)
+            column = times.get(table.name.lower())
+            yield table, frame, column if column in frame.columns else None
+
+    def bounded(self):
+        """The bounded query as a Spark DataFrame (one native plan), over the rows
+        of non-NULL event time (the others are dead letters)."""
+        from pyspark.sql import functions as F
+
+        for table, frame, column in self._frames():
+            if column is not None:
+                frame = frame.where(F.col(f"`{column}`").isNotNull())
             frame.createOrReplaceTempView(table.name)
         from pyspark.errors import AnalysisException
 
@@ -133,6 +149,17 @@ class SparkSqlQuery(SqlQuery):
             return self.spark.sql(text)
         except AnalysisException as exc:
             raise spark_error(exc, self.plan) from None
+
+    def _bounded_dead_letters(self) -> pd.DataFrame:
+        """The rows of NULL event time of the tables, collected (they are few)."""
+        from pyspark.sql import functions as F
+
+        parts = [
+            (table.name, frame.where(F.col(f"`{column}`").isNull()).toPandas())
+            for table, frame, column in self._frames()
+            if column is not None
+        ]
+        return row_letters(self.plan, parts, DropReason.NULL_EVENT_TIME.value)
 
     def to_spark(self):
         return self.bounded()
@@ -161,7 +188,7 @@ class SparkSqlQuery(SqlQuery):
             shutil.rmtree(workdir, ignore_errors=True)
         return _with_null_event_times(collected, sql, as_of)
 
-    def _compile(self, sql: SqlPlan, stream, watermark=None):
+    def _compile(self, sql: SqlPlan, stream, watermark=None, carry=()):
         plan = build_plan(
             Schema.of({f.name: of_spark(f.dataType) for f in stream.schema.fields}),
             keys=("key",) if is_keyed(self.plan) else (),
@@ -172,7 +199,9 @@ class SparkSqlQuery(SqlQuery):
             watermark=watermark or Punctuated("watermark_ms"),
             capabilities=CAPABILITIES,
         )
-        return compile_streaming(stream, plan, transform=sql.maintainer, timestamps="ms")
+        return compile_streaming(
+            stream, plan, transform=sql.maintainer, timestamps="ms", carry=carry
+        )
 
     # -- Spark streaming sources
     def _union(self, sql: SqlPlan):
@@ -191,8 +220,13 @@ class SparkSqlQuery(SqlQuery):
                     their.columns, their.union, their.types, strict=True
                 ):
                     cols.append(_union_column(F, table.spark, column, union, arrow, other == i))
-            ts = F.unix_millis(F.col(table.event_time))
+            ts = F.expr(event_time_sql(table, f"unix_millis(`{table.event_time}`)"))
             cols += [_group_key(F, self.plan, ts).alias("key"), ts.alias("ts")]
+            if _permissive(self.plan):
+                cols += [
+                    (F.col(c) if table.permissive else F.lit(None).cast("string")).alias(c)
+                    for c in CARRIED
+                ]
             parts.append(table.spark.select(*cols))
         union = parts[0]
         for part in parts[1:]:
@@ -243,7 +277,8 @@ class SparkSqlQuery(SqlQuery):
                 "a Spark stream needs a watermark",
                 hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
             )
-        out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)))
+        carry = CARRIED if _permissive(self.plan) else ()
+        out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)), carry)
         fields = [f.name for f in sql.maintainer.output_fields()]
         columns = [
             *[F.col(c) for c in sql.maintainer.columns],
@@ -367,15 +402,23 @@ def spark_source(d, options: Mapping[str, Any]) -> Table:
             "docs/hybrid.md)",
         )
     spark = options.get("spark") or spark_session()
-    reader = spark.readStream.schema(_ddl(d.columns)).format(fmt)
+    permissive = fmt in ("csv", "json")
+    schema = _ddl(d.columns) + (f", `{RAW_RECORD}` STRING" if permissive else "")
+    reader = spark.readStream.schema(schema).format(fmt)
     if fmt == "csv":
         reader = reader.option("header", "true")
+    if permissive:  # a line Spark cannot parse is a row with its text: a dead letter
+        reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", RAW_RECORD)
+    stream = reader.load(path)
+    if permissive:
+        stream = stream.selectExpr("*", f"_metadata.file_path AS {SOURCE_FILE}")
     watermark = (
         None if d.watermark_delay_ms is None else BoundedOutOfOrderness(d.watermark_delay_ms)
     )
     return Table(
         d.name,
-        spark=reader.load(path),
+        spark=stream,
+        permissive=permissive,
         event_time=d.event_time,
         watermark=watermark,
         allowed_lateness=to_millis(d.options.get("allowed_lateness")),
@@ -401,6 +444,11 @@ def _refuse_corrections(streams: tuple[Table, ...]) -> None:
             )
 
 
+def _permissive(plan) -> bool:
+    """Whether a stream of ``plan`` is a Spark file stream read in PERMISSIVE mode."""
+    return any(t.permissive for t in plan.streams)
+
+
 def _letters_schema(sql: SqlPlan) -> pa.Schema:
     """The columns of a query's dead letters (those of :func:`sql_dead_letters`,
     every stream's columns whichever stream dropped rows), with their types."""
@@ -411,19 +459,41 @@ def _letters_schema(sql: SqlPlan) -> pa.Schema:
         for column, arrow_type in zip(layout.columns, layout.types, strict=True):
             timestamp = column in layout.timestamps
             types.setdefault(column, pa.timestamp("us") if timestamp else arrow_type)
+    if _permissive(sql.query):
+        types.update(
+            {f.name: pa.int64() if f.type == INT64 else pa.string() for f in RAW_RECORD_FIELDS}
+        )
     return pa.schema([*fields, *(pa.field(c, t) for c, t in types.items())])
 
 
 def _letters_frame(spark, sql: SqlPlan, dropped: pd.DataFrame):
     """A micro-batch's dead letters (the runner's rows in the union layout) in the
     layout the local runner gives them, as a Spark DataFrame."""
+    if len(dropped):  # in source order, as sql_dead_letters gives them
+        dropped = dropped.sort_values(SOURCE, kind="stable").reset_index(drop=True)
     reasons = dropped["reason"].to_numpy() if len(dropped) else []
     frame = sql_dead_letters(
         dropped if len(dropped) else pd.DataFrame(columns=[SOURCE]), reasons, sql
     )
+    if len(dropped) and RAW_RECORD in dropped.columns:
+        frame = _with_raw_records(frame, dropped)
     schema = _letters_schema(sql)
     table = pa.Table.from_pandas(frame.reindex(columns=schema.names), schema, preserve_index=False)
     return spark.createDataFrame(table)
+
+
+def _with_raw_records(frame: pd.DataFrame, dropped: pd.DataFrame) -> pd.DataFrame:
+    """Dead letters whose row is a line Spark could not parse: reason ``malformed``,
+    with the line and its file (``frame`` and ``dropped`` row for row)."""
+    raw = dropped[RAW_RECORD].to_numpy(object)
+    bad = pd.notna(raw)
+    frame = frame.copy()
+    frame.loc[bad, "reason"] = DropReason.MALFORMED.value
+    frame["source_file"] = np.where(bad, dropped[SOURCE_FILE].to_numpy(object), None)
+    frame["source_line"] = pd.array([None] * len(frame), dtype="Int64")
+    frame["raw_record"] = raw
+    frame["error"] = np.where(bad, ERROR, None)
+    return frame
 
 
 def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:

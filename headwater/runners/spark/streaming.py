@@ -272,6 +272,7 @@ def compile_streaming(
     lift: bool | str = "auto",
     transform: PaneTransform | None = None,
     arrival_order_col: str | None = None,
+    carry: Sequence[str] = (),
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -300,6 +301,10 @@ def compile_streaming(
     ``arrival_order_col``: with a watermark each shard derives (K-slack), the
     order in which rows of one processing time arrived (delays are measured in
     arrival order); without it, the order Spark hands the rows over.
+    ``carry``: more columns of ``df`` that each dead letter keeps (a front end's
+    whole row, so that a dropped row can be reprocessed); they travel with
+    every row to its shard, so a plan that carries any is not lifted
+    (``lift=True`` refuses: a partial aggregate has no row).
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -351,7 +356,8 @@ def compile_streaming(
         key_expr.alias(KEY),
         et_ms.alias(TS),
     ]
-    projected += [F.col(c) for c in input_cols]
+    carried = [c for c in carry if c not in input_cols]
+    projected += [F.col(c) for c in (*input_cols, *carried)]
     if kind is not None:
         projected.append(F.col(kind).cast("string").alias(KIND))
     if wm_col is not None:
@@ -363,8 +369,15 @@ def compile_streaming(
     flat = df.select(*projected)
 
     # -- combiner lifting (never with a shard-derived watermark: it measures each row)
-    can_lift = lift in ("auto", True) and derived is None
+    can_lift = lift in ("auto", True) and derived is None and not carried
     lifted = lifting(plan.windowing, aggs, schema) if can_lift else None
+    if lift is True and carried:
+        raise PlanError(
+            "combiner lifting pre-aggregates rows, so a dead letter could not carry its row "
+            f"({', '.join(carried)})",
+            argument="lift",
+            fix="Pass lift='auto' (rows are carried, not lifted), or carry nothing",
+        )
     if lift is True and lifted is None:
         raise PlanError(
             "combiner lifting needs Sum/Count/Min/Max/Mean aggregations of numeric columns, "
@@ -376,8 +389,8 @@ def compile_streaming(
     outputs: list[Output] = []
     if lifted is None:
         reducer_aggs = aggs
-        reducer_inputs = list(input_cols)
-        drop_types = {c: schema[c].dataType for c in input_cols}
+        reducer_inputs = [*input_cols, *carried]
+        drop_types = {c: schema[c].dataType for c in reducer_inputs}
         outputs = [Output(name, "direct", name) for name in aggs]
     else:
         reducer_aggs, outputs, drop_types = lifted_aggregations(aggs, lifted, schema)

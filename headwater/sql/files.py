@@ -1,0 +1,249 @@
+"""Source files as typed tables, and the lines that are not records as dead letters.
+
+A CSV or JSON-lines file is read whole and fast (Arrow's CSV reader, pandas'
+JSON reader); a line that is not a record of its table (not CSV or JSON, a
+wrong number of fields, a value not of its column's type) is not a crash from
+inside the reader but a row of :class:`FileRead.rejects`: the raw line, the
+file, the line number and what is wrong (docs/semantics.md, "Bad input"). A
+query that reads the table returns them with its dead letters (reason
+``malformed``). Only when the file cannot be read at all (no header, not
+text) is it one error naming the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from headwater.model.schema import RAW_RECORD_COLUMNS, DropReason
+from headwater.sql.errors import SqlError
+
+
+@dataclass
+class FileRead:
+    """A file's records (typed) and the lines that are none (:data:`RAW_RECORD_COLUMNS`
+    and ``reason``)."""
+
+    frame: pd.DataFrame
+    rejects: pd.DataFrame
+
+
+def no_rejects() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in ("reason", *RAW_RECORD_COLUMNS)})
+
+
+def rejects(path: str, lines, raws, errors) -> pd.DataFrame:
+    """Dead-letter rows of malformed lines (``lines``: numbers, None where unknown)."""
+    n = len(raws)
+    return pd.DataFrame(
+        {
+            "reason": np.full(n, DropReason.MALFORMED.value, dtype=object),
+            "source_file": np.full(n, str(path), dtype=object),
+            "source_line": pd.array(list(lines), dtype="Int64"),
+            "raw_record": np.asarray(raws, dtype=object),
+            "error": np.asarray(errors, dtype=object),
+        }
+    )
+
+
+# ------------------------------------------------------------------ typing values
+
+
+def _integers(s: pd.Series) -> pd.Series:
+    number = pd.to_numeric(s, errors="coerce")
+    whole = number.notna() & (number == np.round(number))
+    return number.where(whole).astype("Float64").astype("Int64")
+
+
+def _booleans(s: pd.Series) -> pd.Series:
+    text = s.map(lambda v: str(v).strip().lower() if isinstance(v, str | bool) else None)
+    return text.map({"true": True, "false": False}).astype("boolean")
+
+
+#: SQL type names (upper-case prefixes, longest first) -> a vectorized reader that
+#: gives NULL where a value is not of the type.
+TYPED: dict[str, Callable[[pd.Series], pd.Series]] = {
+    "TIMESTAMP": lambda s: (
+        pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
+        .dt.tz_localize(None)
+        .astype("datetime64[ns]")
+    ),
+    "DECIMAL": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
+    "DOUBLE": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
+    "FLOAT": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
+    "REAL": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
+    "BIGINT": _integers,
+    "SMALLINT": _integers,
+    "TINYINT": _integers,
+    "INT": _integers,
+    "BOOLEAN": _booleans,
+    "VARCHAR": lambda s: s.where(s.isna(), s.astype(str)).astype(object),
+    "STRING": lambda s: s.where(s.isna(), s.astype(str)).astype(object),
+    "TEXT": lambda s: s.where(s.isna(), s.astype(str)).astype(object),
+}
+
+
+def reader_of(sql_type: str) -> Callable[[pd.Series], pd.Series] | None:
+    upper = sql_type.upper()
+    return next((r for k, r in TYPED.items() if upper.startswith(k)), None)
+
+
+def typed(frame: pd.DataFrame, types: Mapping[str, str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """``frame`` with its declared columns typed, and per row the first column
+    whose value is not of its type (``''``: none)."""
+    out = frame.copy()
+    bad = np.full(len(frame), "", dtype=object)
+    for column, sql_type in types.items():
+        reader = reader_of(sql_type)
+        if reader is None or column not in frame.columns:
+            continue
+        given = frame[column]
+        values = reader(given)
+        wrong = (given.notna() & values.isna()).to_numpy() & (bad == "")
+        bad[wrong] = [f"column {column!r}: {v!r} is not {sql_type}" for v in given[wrong]]
+        out[column] = values
+    return out, bad
+
+
+def first_type(column: pd.Series) -> str | None:
+    """The SQL type of an undeclared JSON column: that of its first non-null value
+    when it is a number or a boolean (a text among numbers is then a bad value)."""
+    values = column.dropna()
+    if not len(values):
+        return None
+    first = values.iloc[0]
+    if isinstance(first, bool | np.bool_):
+        return "BOOLEAN"
+    if not isinstance(first, int | float | np.integer | np.floating):
+        return None
+    numbers = pd.to_numeric(values, errors="coerce").dropna()
+    return "BIGINT" if (numbers == np.round(numbers)).all() else "DOUBLE"
+
+
+def with_guesses(frame: pd.DataFrame, types: Mapping[str, str]) -> dict[str, str]:
+    """``types`` and the guessed type of each undeclared column of mixed values."""
+    out = dict(types)
+    for column in frame.columns:
+        if column not in out and frame[column].dtype == object:
+            guess = first_type(frame[column])
+            if guess is not None:
+                out[column] = guess
+    return out
+
+
+# ------------------------------------------------------------------ CSV
+
+
+def read_csv(path: str, types: Mapping[str, str]) -> FileRead:
+    """A CSV file with a header: its records typed by ``types``, and its bad lines."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    bad_rows: list[tuple[int | None, str, str]] = []
+
+    def invalid(row) -> str:
+        what = f"{row.actual_columns} fields, the header has {row.expected_columns}"
+        bad_rows.append((row.number, row.text, what))
+        return "skip"
+
+    first = data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    names = next(csv.reader([first]), [])
+    if not any(n.strip() for n in names):
+        raise SqlError(f"{path}, line 1: a CSV source needs a header line of column names")
+    try:
+        table = pa_csv.read_csv(
+            io.BytesIO(data),
+            read_options=pa_csv.ReadOptions(use_threads=False),
+            parse_options=pa_csv.ParseOptions(invalid_row_handler=invalid, newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={c: pa.string() for c in names}, strings_can_be_null=True
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise SqlError(f"{path}: not a CSV file with a header ({exc})") from None
+    text = table.to_pandas()
+    frame, wrong = typed(text, types)
+    lines, raws = _csv_lines(data, len(frame), [n for n, _, _ in bad_rows], text)
+    keep = wrong == ""
+    found = rejects(
+        path,
+        [*(n for n, _, _ in bad_rows), *np.asarray(lines, dtype=object)[~keep]],
+        [*(t for _, t, _ in bad_rows), *np.asarray(raws, dtype=object)[~keep]],
+        [*(w for _, _, w in bad_rows), *wrong[~keep]],
+    )
+    return FileRead(frame[keep].reset_index(drop=True), found)
+
+
+def _csv_lines(data: bytes, rows: int, skipped: list, frame: pd.DataFrame):
+    """Each record's line number and text: the file's non-empty lines after the
+    header, less the skipped ones, when each record is one line; else unknown
+    numbers and the record's fields joined with commas."""
+    text = data.decode("utf-8", errors="replace").splitlines()
+    numbered = [(i, line) for i, line in enumerate(text[1:], 2) if line.strip()]
+    gone = set(skipped)
+    numbered = [(i, line) for i, line in numbered if i not in gone]
+    if len(numbered) == rows:
+        return [i for i, _ in numbered], [line for _, line in numbered]
+    joined = frame.fillna("").agg(",".join, axis=1) if rows else pd.Series([], dtype=object)
+    return [None] * rows, list(joined)
+
+
+# ------------------------------------------------------------------ JSON lines
+
+
+def read_json_lines(path: str, types: Mapping[str, str]) -> FileRead:
+    """A JSON-lines file (one object a line): its records typed by ``types`` (an
+    undeclared column by its first value, :func:`first_type`), and its bad lines."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read().splitlines()
+    numbered = [(i, line) for i, line in enumerate(text, 1) if line.strip()]
+    try:
+        frame = pd.read_json(
+            io.StringIO("\n".join(line for _, line in numbered)),
+            lines=True,
+            dtype=False,
+            convert_dates=False,
+        )
+        records_ok = len(frame) == len(numbered)
+    except ValueError:
+        records_ok = False
+    bad: list[tuple[int, str, str]] = []
+    if not records_ok:  # find the lines that are not objects (only when some are not)
+        records = []
+        good = []
+        for i, line in numbered:
+            obj, error = _object(line)
+            if error:
+                bad.append((i, line, error))
+            else:
+                records.append(obj)
+                good.append((i, line))
+        numbered = good
+        frame = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=[*types])
+    frame, wrong = typed(frame, with_guesses(frame, types))
+    keep = wrong == ""
+    dropped = [numbered[j] for j in np.flatnonzero(~keep)]
+    found = rejects(
+        path,
+        [*(i for i, _, _ in bad), *(i for i, _ in dropped)],
+        [*(line for _, line, _ in bad), *(line for _, line in dropped)],
+        [*(e for _, _, e in bad), *wrong[~keep]],
+    )
+    return FileRead(frame[keep].reset_index(drop=True), found)
+
+
+def _object(line: str) -> tuple[dict | None, str]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg})"
+    if not isinstance(obj, dict):
+        return None, "not a JSON object"
+    return obj, ""
