@@ -47,6 +47,8 @@ class StreamLayout:
 
 
 _WINDOW = ["key", "window_start", "window_end"]
+#: The epoch ms a pandas timestamp can hold.
+_TS_MIN, _TS_MAX = pd.Timestamp.min.value // 1_000_000 + 1, pd.Timestamp.max.value // 1_000_000
 
 
 def _groups(panes: pd.DataFrame) -> pd.DataFrame:
@@ -172,6 +174,9 @@ class GroupMaintainer:
         con = self._connection()
         for name, frame in frames.items():
             con.register(name, frame)
+        # a global window's bounds (a keyed group) are out of a timestamp's range; no
+        # query reads them (its TVFs, if any, are computed over the group's rows)
+        start, end = (int(np.clip(b, _TS_MIN, _TS_MAX)) for b in (start, end))
         bounds = pd.DataFrame(
             {"__gs": pd.to_datetime([start], unit="ms"), "__ge": pd.to_datetime([end], unit="ms")}
         )
