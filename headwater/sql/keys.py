@@ -185,6 +185,10 @@ class _Tracer:
             scope = scope.parent
         return frozenset()
 
+    def is_local(self, column: exp.Column, select: exp.Select) -> bool:
+        """Whether ``column`` is one of ``select``'s own sources' (not an outer row's)."""
+        return self._in_select(column, select) is not None
+
     def _in_select(self, column: exp.Column, select: exp.Select) -> frozenset[Origin] | None:
         qualifier = column.table.lower()
         name = column.name.lower()
@@ -320,6 +324,8 @@ def _select_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partitio
     ]
     if group is not None or aggregates:
         items = [_item(tracer, g, select) for g in (group.expressions if group else [])]
+        if _expression_subquery(select) is not None:
+            items += _correlations(tracer, select)  # an aggregate per outer row
         yield Partition("GROUP BY" if group else "aggregate", group or aggregates[0], tuple(items))
     distinct = select.args.get("distinct")
     if distinct is not None:
@@ -339,7 +345,9 @@ def _select_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partitio
     for window in select.find_all(exp.Window):
         if _enclosing_select(window) is select:
             parts = window.args.get("partition_by") or []
-            yield Partition("window function", window, tuple(_item(tracer, p, select) for p in parts))
+            yield Partition(
+                "window function", window, tuple(_item(tracer, p, select) for p in parts)
+            )
     yield from _join_partitions(tracer, select)
     if select.args.get("limit") is not None or select.args.get("offset") is not None:
         if select is not tracer.query:
@@ -419,27 +427,53 @@ def _set_partitions(tracer: _Tracer, node: exp.SetOperation) -> Iterator[Partiti
     yield Partition(type(node).__name__.upper(), node, items)
 
 
-def _subquery_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partition]:
-    """A subquery in an expression (IN, EXISTS, a scalar subquery) over a stream
-    combines the outer row with the subquery's rows: by ``x IN (SELECT y ...)``'s
-    ``x = y``, else by nothing (one group: exact, state kept)."""
+def _expression_subquery(select: exp.Select) -> exp.Expression | None:
+    """The IN / EXISTS / comparison a subquery in an expression is part of (None:
+    ``select`` is a query, a FROM item, a CTE or a set operation's branch)."""
     parent = select.parent
-    if not isinstance(parent, exp.Subquery) or isinstance(
+    if isinstance(parent, exp.Exists):
+        return parent
+    if isinstance(parent, exp.Subquery) and not isinstance(
         parent.parent, exp.From | exp.Join | exp.CTE | exp.SetOperation
     ):
-        if not isinstance(parent, exp.In | exp.Exists):
-            return
-    context = parent.parent if isinstance(parent, exp.Subquery) else parent
-    if not _reads_stream(select, tracer):
+        return parent.parent
+    return None
+
+
+def _correlations(tracer: _Tracer, select: exp.Select) -> list[frozenset[Origin]]:
+    """A subquery's equalities between its own columns and the outer row's
+    (``A.item = B.item``): the subquery combines the outer row with these rows."""
+    where = select.args.get("where")
+    found = []
+    for part in _conjuncts(where.this if where is not None else None):
+        if not isinstance(part, exp.EQ):
+            continue
+        sides = (part.this, part.expression)
+        if not all(isinstance(side, exp.Column) for side in sides):
+            continue
+        local = [tracer.is_local(side, select) for side in sides]
+        if local[0] != local[1]:
+            origins = tracer.origins(sides[0], select) | tracer.origins(sides[1], select)
+            if origins:
+                found.append(origins)
+    return found
+
+
+def _subquery_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partition]:
+    """A subquery in an expression (IN, EXISTS, a scalar subquery) over a stream
+    combines the outer row with the subquery's rows: by its correlations and, for
+    ``x IN (SELECT y ...)``, by ``x = y``."""
+    context = _expression_subquery(select)
+    if context is None or not _reads_stream(select, tracer):
         return
-    outer = _enclosing_select(context) if context is not None else None
+    items = _correlations(tracer, select)
+    outer = _enclosing_select(context)
     if isinstance(context, exp.In) and outer is not None and len(select.expressions) == 1:
         left = tracer.expression(context.this, outer)
         right = tracer.expression(select.expressions[0], select)
-        items = (left | right,) if left and right else ()
-        yield Partition("IN subquery", context, items)
-        return
-    yield Partition("subquery", context if context is not None else select, ())
+        if left and right:
+            items.append(left | right)
+    yield Partition("subquery", context, tuple(items))
 
 
 def partitions(query: exp.Expression, catalog: Catalog) -> list[Partition]:

@@ -34,6 +34,7 @@ from headwater.sql.errors import SqlError
 from headwater.sql.hybrid import resolve_watermarks
 from headwater.sql.keys import WINDOW_COLUMNS, KeyKind, MaintenanceKey, derive_key
 
+
 @dataclass(frozen=True)
 class QueryPlan:
     """A query ready to run: ``group_query`` is evaluated per event-time group;

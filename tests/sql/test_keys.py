@@ -272,4 +272,3 @@ def test_spark_changelog_equals_local(tables, spark_key_runs, name: str) -> None
 @pytest.mark.spark
 def test_spark_regexp_extract_group(spark_key_runs) -> None:
     assert list(result(spark_key_runs, "regexp")["c"]) == ["ch7"]
-
