@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from headwater.sql.catalog import Catalog, Table
+from headwater.sql.ddl import interval_ms
 from headwater.sql.dialect import WindowTVF
+from headwater.sql.errors import SqlError
 from headwater.sql.translate import window_names
 
 #: Names of the window columns the TVFs add (the paper's, then Flink's).
@@ -49,12 +51,22 @@ class StreamColumn:
 
 @dataclass(frozen=True)
 class WindowBounds:
-    """The bounds of a row's window (any of start, end, window_time: one names the
-    window)."""
+    """The bounds of a row's window (any of start, end, window_time names the
+    window); ``edge`` says which one a column is (``start``, ``end``, ``time``;
+    empty in a key: the window)."""
+
+    edge: str = ""
 
 
 Origin = StreamColumn | WindowBounds
 WINDOW = WindowBounds()
+_EDGES = {
+    "wstart": "start",
+    "window_start": "start",
+    "wend": "end",
+    "window_end": "end",
+    "window_time": "time",
+}
 
 
 class KeyKind(enum.Enum):
@@ -141,9 +153,11 @@ class _Source:
 class _Tracer:
     """Column origins and operator partitions of one query."""
 
-    def __init__(self, query: exp.Expression, catalog: Catalog) -> None:
+    def __init__(self, query: exp.Expression, catalog: Catalog, size: int | None) -> None:
         self.query = query
         self.catalog = catalog
+        #: the windows' size (ms; None for sessions, of no fixed size)
+        self.size = size
         self.ctes = {c.alias_or_name.lower(): c.this for c in query.find_all(exp.CTE)}
 
     # -- sources
@@ -203,7 +217,7 @@ class _Tracer:
 
     def of_source(self, source: _Source, name: str) -> frozenset[Origin]:
         if source.tvf is not None and name in WINDOW_COLUMNS:
-            return frozenset({WINDOW})
+            return frozenset({WindowBounds(_EDGES[name])})
         if source.table is not None:
             table = source.table
             if not table.is_stream:
@@ -312,6 +326,10 @@ def _item(tracer: _Tracer, node: exp.Expression, select: exp.Select) -> frozense
     return tracer.expression(node, select)
 
 
+#: GROUP BY forms with totals over fewer columns than listed.
+_GROUPING_SETS = ("rollup", "cube", "grouping_sets", "totals")
+
+
 def _select_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partition]:
     """The combining operators of one SELECT over a stream and their partitions."""
     group = select.args.get("group")
@@ -324,6 +342,8 @@ def _select_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partitio
     ]
     if group is not None or aggregates:
         items = [_item(tracer, g, select) for g in (group.expressions if group else [])]
+        if group is not None and any(group.args.get(a) for a in _GROUPING_SETS):
+            items = []  # a rollup's totals combine across the grouping columns
         if _expression_subquery(select) is not None:
             items += _correlations(tracer, select)  # an aggregate per outer row
         yield Partition("GROUP BY" if group else "aggregate", group or aggregates[0], tuple(items))
@@ -384,16 +404,20 @@ _UPPER = (exp.LT, exp.LTE)
 
 
 def _window_bounded(tracer: _Tracer, select: exp.Select, conditions) -> bool:
-    """Whether the conditions bound an event time between window bounds from
-    below and above (``B.bidtime >= W.wstart AND B.bidtime < W.wend``)."""
+    """Whether the conditions bound an event time to its window's rows from below
+    and above (``B.bidtime >= W.wstart AND B.bidtime < W.wend``, or tighter:
+    ``>= W.wend - INTERVAL '10' MINUTE`` of 10-minute windows)."""
     found = set()
     for cond in conditions:
         for part in _conjuncts(cond):
             if isinstance(part, exp.Between):
-                if _is_event_time(tracer, part.this, select) and _is_window(
-                    tracer, part.args.get("low"), select
-                ):
-                    found |= {"lower", "upper"}
+                if _is_event_time(tracer, part.this, select):
+                    low = _offset(tracer, part.args.get("low"), select)
+                    high = _offset(tracer, part.args.get("high"), select)
+                    if low is not None and low >= 0:
+                        found.add("lower")
+                    if high is not None and high < tracer.size:
+                        found.add("upper")
                 continue
             if not isinstance(part, _LOWER + _UPPER):
                 continue
@@ -401,18 +425,49 @@ def _window_bounded(tracer: _Tracer, select: exp.Select, conditions) -> bool:
                 (part.this, part.expression, False),
                 (part.expression, part.this, True),
             ):
-                if _is_event_time(tracer, side, select) and _is_window(tracer, other, select):
-                    found.add("lower" if isinstance(part, _LOWER) != flip else "upper")
+                if not _is_event_time(tracer, side, select):
+                    continue
+                offset = _offset(tracer, other, select)
+                if offset is None:
+                    continue
+                if isinstance(part, _LOWER) != flip:
+                    if offset >= 0:
+                        found.add("lower")
+                else:
+                    strict = isinstance(part, exp.LT | exp.GT)
+                    if offset < tracer.size or (strict and offset == tracer.size):
+                        found.add("upper")
     return found == {"lower", "upper"}
+
+
+def _offset(tracer: _Tracer, node, select) -> int | None:
+    """A window bound plus or minus a constant interval, as ms after the window's
+    start (None: not such a bound, or a window of no fixed size)."""
+    if node is None:
+        return None
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
+        base = _offset(tracer, node.this, select)
+        try:
+            delta = interval_ms(node.expression)
+        except SqlError:
+            return None
+        if base is None:
+            return None
+        return base + delta if isinstance(node, exp.Add) else base - delta
+    edges = [
+        o.edge for o in tracer.expression(node, select) if isinstance(o, WindowBounds) and o.edge
+    ]
+    if len(edges) != 1 or (edges[0] != "start" and tracer.size is None):
+        return None
+    size = tracer.size or 0
+    return {"start": 0, "end": size, "time": size - 1}[edges[0]]
 
 
 def _is_event_time(tracer: _Tracer, node, select) -> bool:
     origins = tracer.expression(node, select) if node is not None else frozenset()
     return any(isinstance(o, StreamColumn) and o.event_time for o in origins)
-
-
-def _is_window(tracer: _Tracer, node, select) -> bool:
-    return node is not None and WINDOW in tracer.expression(node, select)
 
 
 def _set_partitions(tracer: _Tracer, node: exp.SetOperation) -> Iterator[Partition]:
@@ -476,9 +531,10 @@ def _subquery_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partit
     yield Partition("subquery", context, tuple(items))
 
 
-def partitions(query: exp.Expression, catalog: Catalog) -> list[Partition]:
-    """Every combining operator of ``query`` over a stream, with its partition."""
-    tracer = _Tracer(query, catalog)
+def partitions(query: exp.Expression, catalog: Catalog, size: int | None = None) -> list[Partition]:
+    """Every combining operator of ``query`` over a stream, with its partition
+    (``size``: of the query's windows, None for sessions or none)."""
+    tracer = _Tracer(query, catalog, size)
     found: list[Partition] = []
     for node in query.find_all(exp.Select, exp.SetOperation):
         if isinstance(node, exp.SetOperation):
@@ -522,31 +578,42 @@ def _stream_refs(query: exp.Expression, catalog: Catalog) -> dict[str, Table]:
     return {t.name.lower(): t for t in tables if t.is_stream}
 
 
-def derive_key(query: exp.Expression, catalog: Catalog, windowed: bool) -> MaintenanceKey:
+def derive_key(
+    query: exp.Expression, catalog: Catalog, windowed: bool, size: int | None = None
+) -> MaintenanceKey:
     """The maintenance key of ``query``. ``windowed``: every stream reference is
     read through a windowing TVF or bounded by a window (so that each stream row
-    belongs to the windows of its event time)."""
-    found = partitions(query, catalog)
+    belongs to the windows of its event time); ``size``: the windows' (ms)."""
+    found = partitions(query, catalog, size)
     names = tuple(dict.fromkeys(p.operator for p in found))
     if not found:
         return MaintenanceKey(KeyKind.ROW)
     classes = _Classes()
-    for p in found:
-        for item in p.items:
+    items = [[_window_as_one(item) for item in p.items if item] for p in found]
+    for mine in items:
+        for item in mine:
             classes.union(item)
-    roots = [{classes.find(next(iter(item))) for item in p.items if item} for p in found]
+    roots = [{classes.find(next(iter(item))) for item in mine} for mine in items]
     common = set.intersection(*roots)
     streams = _stream_refs(query, catalog)
     members = [classes.members(c) for c in common]
+    parts = sorted(
+        (p for p in (_part(m, streams) for m in members) if p is not None),
+        key=lambda p: p.columns,
+    )
     if windowed and any(WINDOW in m for m in members):
-        return MaintenanceKey(KeyKind.WINDOW, operators=names)
-    parts = [p for p in (_part(m, streams) for m in members) if p is not None]
+        # the columns, if any, spread a window's groups over keys (Hop windows)
+        return MaintenanceKey(KeyKind.WINDOW, tuple(parts), names)
     if any(_all_event_times(p, streams) for p in parts):
         return MaintenanceKey(KeyKind.EVENT_TIME, operators=names)
     if parts:
-        parts.sort(key=lambda p: p.columns)
         return MaintenanceKey(KeyKind.COLUMNS, tuple(parts), names)
     return MaintenanceKey(KeyKind.NONE, operators=names)
+
+
+def _window_as_one(item: frozenset[Origin]) -> frozenset[Origin]:
+    """A partition item with every window bound as the window (one class)."""
+    return frozenset(WINDOW if isinstance(o, WindowBounds) else o for o in item)
 
 
 def _part(members: set[Origin], streams: dict[str, Table]) -> KeyPart | None:

@@ -27,7 +27,7 @@ from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
-from headwater.model.windows import FixedWindows
+from headwater.model.windows import FixedWindows, SlidingWindows
 from headwater.sql.aggregate import AggregatePlan, try_compile
 from headwater.sql.aggregate_shape import enabled
 from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
@@ -222,19 +222,20 @@ def union_rows(sql: SqlPlan) -> pd.DataFrame:
 def group_keys(
     frame: pd.DataFrame, plan: QueryPlan, event_ms: np.ndarray, table: str
 ) -> np.ndarray:
-    """The model's key of each stream row (of stream ``table``): the values of its
-    maintenance key's columns; a keyed session's keys; for tumbling windows the
-    window's start, so that windows spread over the runner's state shards (a row
-    is in one window); else one key."""
-    if plan.key.kind is KeyKind.COLUMNS:
+    """The model's key of each stream row (of stream ``table``): a keyed session's
+    keys; the values of its maintenance key's columns (also of hopping windows
+    keyed by columns too: a row is in several windows, but in one key); for
+    tumbling windows the window's start, so that windows spread over the
+    runner's state shards (a row is in one window); else one key."""
+    if plan.keys:
+        first, *rest = (frame[k].astype(str) for k in plan.keys)
+        return (first.str.cat(rest, sep="|") if rest else first).to_numpy(object)
+    if keyed_by_columns(plan):
         parts = [key_text(frame[c]) for c in plan.key.columns_of(table)]
         text = parts[0]
         for part in parts[1:]:
             text = text + "|" + part
         return text
-    if plan.keys:
-        first, *rest = (frame[k].astype(str) for k in plan.keys)
-        return (first.str.cat(rest, sep="|") if rest else first).to_numpy(object)
     fn = plan.window_fn
     if isinstance(fn, FixedWindows):
         ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
@@ -269,8 +270,16 @@ def key_text(values: pd.Series) -> np.ndarray:
 
 def is_keyed(plan: QueryPlan) -> bool:
     """Whether the model plan of ``plan`` has a key (see :func:`group_keys`)."""
-    keyed = plan.key.kind is KeyKind.COLUMNS or bool(plan.keys)
-    return keyed or isinstance(plan.window_fn, FixedWindows)
+    return keyed_by_columns(plan) or bool(plan.keys) or isinstance(plan.window_fn, FixedWindows)
+
+
+def keyed_by_columns(plan: QueryPlan) -> bool:
+    """Whether the model's key is the maintenance key's columns: groups of a key
+    of columns, or hopping windows (not merging: a row is in one key) keyed by
+    columns besides the window."""
+    if plan.key.kind is KeyKind.COLUMNS:
+        return True
+    return bool(plan.key.parts) and isinstance(plan.window_fn, SlidingWindows)
 
 
 # ------------------------------------------------------------------ replay

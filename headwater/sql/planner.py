@@ -119,7 +119,9 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
     if streams:
         _check_session_keys(query, windowing[1] if windowing else ())
         windowed = _windowed(query, streams, windowing is not None)
-        key = derive_key(query, catalog, windowed)
+        fn = windowing[0] if windowing else None
+        size = fn.size if isinstance(fn, FixedWindows | SlidingWindows) else None
+        key = derive_key(query, catalog, windowed, size)
         window_fn, group_mode = _groups(query, key, windowing, windowed)
         at = tvfs[0] if tvfs else query
         streams = resolve_watermarks(query, streams, windowing[0] if tvfs else None, at)

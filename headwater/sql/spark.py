@@ -39,7 +39,6 @@ from headwater.runners.spark.types import of_spark
 from headwater.sql.catalog import Table
 from headwater.sql.changelog import in_order
 from headwater.sql.errors import SqlError
-from headwater.sql.keys import KeyKind
 from headwater.sql.local import (
     NULL_KEY,
     SqlPlan,
@@ -47,6 +46,7 @@ from headwater.sql.local import (
     _columns_of,
     compile_sql,
     is_keyed,
+    keyed_by_columns,
     steps_of,
     union_rows,
 )
@@ -288,11 +288,11 @@ class SparkSqlQuery(SqlQuery):
 
 def _group_key(F, plan, ts, table):
     """The model's key of a stream row as Spark computes it (as ``group_keys``)."""
-    if plan.key.kind is KeyKind.COLUMNS:
-        parts = [_key_text(F, table.spark, c) for c in plan.key.columns_of(table.name)]
-        return F.concat_ws("|", *parts)
     if plan.keys:
         return F.concat_ws("|", *[F.col(k).cast("string") for k in plan.keys])
+    if keyed_by_columns(plan):
+        parts = [_key_text(F, table.spark, c) for c in plan.key.columns_of(table.name)]
+        return F.concat_ws("|", *parts)
     fn = plan.window_fn
     if isinstance(fn, FixedWindows):
         return (ts - F.pmod(ts - F.lit(fn.offset), F.lit(fn.size))).cast("string")

@@ -47,6 +47,10 @@ AUCTION_STEPS = [
 ]
 PTIMES = ["10:01", "10:02", "10:04", "10:06", "10:08", "10:12", "10:14"]
 
+HOP = (
+    "Hop(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), hopsize => INTERVAL '2' MINUTE, "
+    "dur => INTERVAL '4' MINUTE)"
+)
 QUERIES = {
     "distinct": "SELECT DISTINCT item FROM Bid",
     "dedup": "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY item ORDER BY "
@@ -77,6 +81,11 @@ QUERIES = {
     "(SELECT item FROM Bid WHERE price > 6)",
     "union_distinct": "SELECT item FROM Bid UNION SELECT seller FROM Auction",
     "scalar_subquery": "SELECT item, price FROM Bid WHERE price = (SELECT MAX(price) FROM Bid)",
+    "correlated": "SELECT item, price FROM Bid B WHERE price = "
+    "(SELECT MAX(price) FROM Bid C WHERE C.item = B.item)",
+    "hop_self_join": f"SELECT B.wstart, B.item, B.price, C.price AS other FROM {HOP} B "
+    f"JOIN {HOP} C ON B.wstart = C.wstart AND B.wend = C.wend AND B.item = C.item "
+    "AND B.bidtime < C.bidtime",
 }
 #: The key each query is maintained by.
 KEYS = {
@@ -97,6 +106,8 @@ KEYS = {
     "in_subquery": (KeyKind.COLUMNS, ["bid.item"]),
     "union_distinct": (KeyKind.COLUMNS, ["auction.seller = bid.item"]),
     "scalar_subquery": (KeyKind.NONE, []),
+    "correlated": (KeyKind.COLUMNS, ["bid.item"]),
+    "hop_self_join": (KeyKind.WINDOW, ["bid.item"]),
 }
 
 
@@ -242,7 +253,7 @@ def test_spread_over_keys_is_not_one_group(tables) -> None:
 def spark_key_runs(spark, tables) -> dict:
     from headwater.sql.spark import SparkSqlQuery
 
-    names = ["dedup", "group_by", "join", "global_count", "windowed_distinct"]
+    names = ["dedup", "group_by", "join", "global_count", "windowed_distinct", "hop_self_join"]
 
     def job(name):
         return lambda: SparkSqlQuery(QUERIES[name], tables, name=name, spark=spark).run(None)
@@ -261,12 +272,31 @@ def spark_key_runs(spark, tables) -> dict:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("name", ["dedup", "group_by", "join", "global_count", "windowed_distinct"])
+@pytest.mark.parametrize(
+    "name", ["dedup", "group_by", "join", "global_count", "windowed_distinct", "hop_self_join"]
+)
 def test_spark_changelog_equals_local(tables, spark_key_runs, name: str) -> None:
     spark_run = result(spark_key_runs, name)
     local = sql(QUERIES[name], tables=tables).run(None)
     assert spark_run.columns == local.columns
     assert rows(changelog_order(spark_run.changelog)) == rows(changelog_order(local.changelog))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", ["distinct", "join", "hop_self_join"])
+def test_keyed_state_spreads_over_shards(spark, tables, name: str) -> None:
+    """The model's key of a keyed query (unwindowed, or Hop windows with a key
+    column) is the key's values, which the Spark runner's shards divide (before,
+    Hop windows and unwindowed groups had the one key "0": one shard)."""
+    from headwater.runners.spark.shard import shard_column
+    from headwater.sql.local import compile_sql, is_keyed, union_rows
+    from headwater.sql.maintain import KEY
+
+    plan = sql(QUERIES[name], tables=tables).plan
+    assert is_keyed(plan)
+    keys = pd.DataFrame({"key": union_rows(compile_sql(plan))[KEY].astype(str)})
+    shards = spark.createDataFrame(keys).select(shard_column(["key"], 4).alias("s"))
+    assert len({r["s"] for r in shards.distinct().collect()}) > 1
 
 
 @pytest.mark.spark
