@@ -58,8 +58,15 @@ class WindowBounds:
     edge: str = ""
 
 
-Origin = StreamColumn | WindowBounds
+@dataclass(frozen=True)
+class NullSide:
+    """Read from the NULL-padded side of an outer join: its unmatched rows are NULL
+    there, whatever their key, so partitioning by it is by no key."""
+
+
+Origin = StreamColumn | WindowBounds | NullSide
 WINDOW = WindowBounds()
+NULL_SIDE = NullSide()
 _EDGES = {
     "wstart": "start",
     "window_start": "start",
@@ -133,6 +140,8 @@ class MaintenanceKey:
             KeyKind.WINDOW: "key the window bounds",
             KeyKind.EVENT_TIME: "key the event time",
         }[self.kind]
+        if self.kind is KeyKind.WINDOW and self.parts:
+            what += " and " + ", ".join(p.describe() for p in self.parts)
         return f"{what}: state freed by the watermark"
 
 
@@ -159,6 +168,8 @@ class _Tracer:
         #: the windows' size (ms; None for sessions, of no fixed size)
         self.size = size
         self.ctes = {c.alias_or_name.lower(): c.this for c in query.find_all(exp.CTE)}
+        #: reading a join's own condition (its padded side is not NULL there)
+        self.in_join = False
 
     # -- sources
     def sources(self, select: exp.Select) -> list[_Source]:
@@ -213,7 +224,10 @@ class _Tracer:
         ]
         if len(matches) != 1:
             return None if not matches else frozenset()
-        return self.of_source(matches[0], name)
+        found = self.of_source(matches[0], name)
+        if not self.in_join and matches[0].alias in _padded(select):
+            return found | {NULL_SIDE}
+        return found
 
     def of_source(self, source: _Source, name: str) -> frozenset[Origin]:
         if source.tvf is not None and name in WINDOW_COLUMNS:
@@ -238,8 +252,10 @@ class _Tracer:
             found: set[Origin] = set()
             for branch in (query.this, query.expression):
                 names = _output_names(branch)
-                if position < len(names):
-                    found |= self.output(branch, names[position])
+                mine = self.output(branch, names[position]) if position < len(names) else None
+                if not mine:
+                    return frozenset()  # a branch's rows come from no column: no key
+                found |= mine
             return frozenset(found)
         if isinstance(query, exp.Subquery):
             return self.output(query.this, name)
@@ -262,6 +278,20 @@ class _Tracer:
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
             return self.origins(node, select)
         return frozenset()
+
+
+def _padded(select: exp.Select) -> set[str]:
+    """Aliases of ``select``'s sources that an outer join pads with NULLs."""
+    parts = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    names = [p.this.alias_or_name.lower() for p in parts if p is not None]
+    padded: set[str] = set()
+    for i, join in enumerate(parts[1:], start=1):
+        side = (join.args.get("side") or "").upper()
+        if side in ("LEFT", "FULL"):
+            padded.add(names[i])
+        if side in ("RIGHT", "FULL"):
+            padded.update(names[:i])
+    return padded
 
 
 def _output_names(query: exp.Expression) -> list[str]:
@@ -385,6 +415,20 @@ def _join_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partition]
     where = select.args.get("where")
     conditions = [j.args.get("on") for j in joins] + [where.this if where else None]
     items: list[frozenset[Origin]] = []
+    tracer.in_join = True
+    try:
+        items += _equalities(tracer, select, conditions)
+        bounded = _window_bounded(tracer, select, conditions)
+    finally:
+        tracer.in_join = False
+    if bounded:
+        items.append(frozenset({WINDOW}))
+    yield Partition("join", joins[0], tuple(items))
+
+
+def _equalities(tracer: _Tracer, select: exp.Select, conditions) -> list[frozenset[Origin]]:
+    """The column equalities among ``conditions``' conjuncts, as origins."""
+    items = []
     for cond in conditions:
         for part in _conjuncts(cond):
             if isinstance(part, exp.EQ) and all(
@@ -394,9 +438,7 @@ def _join_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partition]
                 right = tracer.origins(part.expression, select)
                 if left and right:
                     items.append(left | right)
-    if _window_bounded(tracer, select, conditions):
-        items.append(frozenset({WINDOW}))
-    yield Partition("join", joins[0], tuple(items))
+    return items
 
 
 _LOWER = (exp.GTE, exp.GT)
@@ -589,7 +631,9 @@ def derive_key(
     if not found:
         return MaintenanceKey(KeyKind.ROW)
     classes = _Classes()
-    items = [[_window_as_one(item) for item in p.items if item] for p in found]
+    items = [
+        [_window_as_one(item) for item in p.items if item and NULL_SIDE not in item] for p in found
+    ]
     for mine in items:
         for item in mine:
             classes.union(item)

@@ -43,7 +43,7 @@ AUCTION_COLUMNS = ("ts", "id", "seller")
 AUCTION_STEPS = [
     ("10:01", [("10:00", 1, "s1")], "10:00"),
     ("10:05", [("10:04", 2, "s2"), ("10:04", 3, "s1")], "10:03"),
-    ("10:13", [("10:12", 4, "s3")], "10:11"),
+    ("10:13", [("10:12", 4, "s3"), ("10:12", 5, "s2")], "10:11"),
 ]
 PTIMES = ["10:01", "10:02", "10:04", "10:06", "10:08", "10:12", "10:14"]
 
@@ -81,6 +81,14 @@ QUERIES = {
     "(SELECT item FROM Bid WHERE price > 6)",
     "union_distinct": "SELECT item FROM Bid UNION SELECT seller FROM Auction",
     "scalar_subquery": "SELECT item, price FROM Bid WHERE price = (SELECT MAX(price) FROM Bid)",
+    "left_join": "SELECT A.id, COUNT(B.price) AS n FROM Auction A LEFT JOIN Bid B "
+    "ON B.auction = A.id GROUP BY A.id",
+    "left_join_padded": "SELECT B.auction, COUNT(*) AS n FROM Auction A LEFT JOIN Bid B "
+    "ON B.auction = A.id GROUP BY B.auction",
+    "union_all_keyed": "SELECT k, COUNT(*) AS n FROM (SELECT item AS k FROM Bid UNION ALL "
+    "SELECT seller AS k FROM Auction) GROUP BY k",
+    "union_all_opaque": "SELECT k, COUNT(*) AS n FROM (SELECT item AS k FROM Bid UNION ALL "
+    "SELECT CASE WHEN bidder = 'x' THEN 'A' ELSE 'B' END AS k FROM Bid) GROUP BY k",
     "correlated": "SELECT item, price FROM Bid B WHERE price = "
     "(SELECT MAX(price) FROM Bid C WHERE C.item = B.item)",
     "hop_self_join": f"SELECT B.wstart, B.item, B.price, C.price AS other FROM {HOP} B "
@@ -106,6 +114,10 @@ KEYS = {
     "in_subquery": (KeyKind.COLUMNS, ["bid.item"]),
     "union_distinct": (KeyKind.COLUMNS, ["auction.seller = bid.item"]),
     "scalar_subquery": (KeyKind.NONE, []),
+    "left_join": (KeyKind.COLUMNS, ["auction.id = bid.auction"]),
+    "left_join_padded": (KeyKind.NONE, []),
+    "union_all_keyed": (KeyKind.COLUMNS, ["auction.seller = bid.item"]),
+    "union_all_opaque": (KeyKind.NONE, []),
     "correlated": (KeyKind.COLUMNS, ["bid.item"]),
     "hop_self_join": (KeyKind.WINDOW, ["bid.item"]),
 }
