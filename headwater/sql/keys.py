@@ -190,6 +190,10 @@ class _Tracer:
             return _Source(alias=node.alias_or_name.lower(), query=node.this)
         return None
 
+    def source_of(self, tvf: WindowTVF) -> _Source:
+        """The source a windowing TVF reads (its table's columns)."""
+        return _Source(alias="", table=self.catalog.get(tvf.this.name, tvf.this))
+
     def columns(self, source: _Source) -> list[str]:
         if source.query is not None:
             return _output_names(source.query)
@@ -573,11 +577,23 @@ def _subquery_partitions(tracer: _Tracer, select: exp.Select) -> Iterator[Partit
     yield Partition("subquery", context, tuple(items))
 
 
+def _session_partition(tracer: _Tracer, tvf: WindowTVF) -> Partition | None:
+    """A Session TVF combines rows: a session is made of the rows of its keys
+    within a gap of each other, so it partitions by its keys (and by the session
+    itself, the window, as the model merges sessions)."""
+    if tvf.args["kind"] != "SESSION":
+        return None
+    source = tracer.source_of(tvf)
+    keys = [tracer.of_source(source, k.name.lower()) for k in tvf.args.get("keys") or []]
+    return Partition("Session", tvf, (frozenset({WINDOW}), *keys))
+
+
 def partitions(query: exp.Expression, catalog: Catalog, size: int | None = None) -> list[Partition]:
     """Every combining operator of ``query`` over a stream, with its partition
     (``size``: of the query's windows, None for sessions or none)."""
     tracer = _Tracer(query, catalog, size)
-    found: list[Partition] = []
+    found: list[Partition] = [_session_partition(tracer, t) for t in query.find_all(WindowTVF)]
+    found = [p for p in found if p is not None]
     for node in query.find_all(exp.Select, exp.SetOperation):
         if isinstance(node, exp.SetOperation):
             found += _set_partitions(tracer, node)
