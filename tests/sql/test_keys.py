@@ -283,7 +283,7 @@ def spark_key_runs(spark, tables) -> dict:
         .bounded()
         .toPandas()
     )
-    return spark_runs(spark, jobs)
+    return spark_runs(spark, jobs, workers=2)
 
 
 @pytest.mark.spark
