@@ -77,6 +77,9 @@ QUERIES = {
     "timecol => DESCRIPTOR(bidtime), dur => INTERVAL '5' MINUTE)",
     "windowed_by_item": "SELECT item, COUNT(*) AS n FROM Tumble(data => TABLE(Bid), "
     "timecol => DESCRIPTOR(bidtime), dur => INTERVAL '5' MINUTE) GROUP BY item",
+    "numbered_windows": "SELECT wstart, MAX(price) AS top, ROW_NUMBER() OVER (ORDER BY wstart) "
+    "AS n FROM Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), "
+    "dur => INTERVAL '5' MINUTE) GROUP BY wstart, wend",
     "session_by_item": "SELECT item, MAX(wend) AS last_end FROM Session(data => TABLE(Bid), "
     "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '2' MINUTE) GROUP BY item",
     "in_subquery": "SELECT bidtime, item FROM Bid WHERE item IN "
@@ -113,6 +116,7 @@ KEYS = {
     "join_aggregate": (KeyKind.NONE, []),
     "windowed_distinct": (KeyKind.COLUMNS, ["bid.item"]),
     "windowed_by_item": (KeyKind.COLUMNS, ["bid.item"]),
+    "numbered_windows": (KeyKind.NONE, []),
     "session_by_item": (KeyKind.NONE, []),
     "in_subquery": (KeyKind.COLUMNS, ["bid.item"]),
     "union_distinct": (KeyKind.COLUMNS, ["auction.seller = bid.item"]),
