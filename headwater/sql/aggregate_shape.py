@@ -80,6 +80,8 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     query = plan.group_query
     if not plan.is_stream:
         return "it reads no stream"
+    if not plan.group_mode:
+        return f"its groups are not windows or event times ({plan.key.describe()})"
     if len(plan.streams) != 1 or plan.tables:
         return "it reads more than one table"
     if not isinstance(query, exp.Select):

@@ -17,7 +17,7 @@ import re
 import typing as t
 
 from sqlglot import exp, generator
-from sqlglot.dialects.dialect import Dialect
+from sqlglot.dialects.dialect import Dialect, build_regexp_extract
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, TokenType
@@ -257,6 +257,13 @@ class HeadwaterParser(BaseParser):
     """sqlglot's default parser, plus windowing TVFs, EMIT and WATERMARK FOR."""
 
     FUNC_TOKENS = {*BaseParser.FUNC_TOKENS, TokenType.SESSION}
+
+    #: Queries call DuckDB's functions: REGEXP_EXTRACT(s, pattern, group), whose third
+    #: argument is the capture group (sqlglot's default reads it as a position).
+    FUNCTIONS = {
+        **BaseParser.FUNCTIONS,
+        "REGEXP_EXTRACT": build_regexp_extract(exp.RegexpExtract),
+    }
 
     FUNCTION_PARSERS = {
         **BaseParser.FUNCTION_PARSERS,

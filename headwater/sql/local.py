@@ -27,7 +27,7 @@ from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
-from headwater.model.windows import FixedWindows
+from headwater.model.windows import FixedWindows, SlidingWindows
 from headwater.sql.aggregate import AggregatePlan, try_compile
 from headwater.sql.aggregate_shape import enabled
 from headwater.sql.calls import argument_error
@@ -35,6 +35,7 @@ from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
 from headwater.sql.changelog import GROUP_COLUMNS, table_view
 from headwater.sql.dialect import WindowTVF
 from headwater.sql.errors import SqlError, position
+from headwater.sql.keys import KeyKind
 from headwater.sql.maintain import (
     EVENT_TIME,
     KEY,
@@ -274,8 +275,10 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
 
 
 def group_sql(plan: QueryPlan) -> str:
-    """The DuckDB text the general path evaluates per event-time group."""
-    return to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode="group")
+    """The DuckDB text the general path evaluates per group: windowing TVFs bound to
+    the group's window, or computed over the group's rows (keyed groups)."""
+    mode = "group" if plan.group_mode else "compute"
+    return to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode=mode)
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:
@@ -288,20 +291,30 @@ def union_rows(sql: SqlPlan) -> pd.DataFrame:
             values = frame[column]
             part[union] = event_millis(values) if column in layout.timestamps else values.to_numpy()
         part[EVENT_TIME] = event_millis(frame[table.event_time])
-        part[KEY] = group_keys(frame, sql.query, part[EVENT_TIME])
+        part[KEY] = group_keys(frame, sql.query, part[EVENT_TIME], table.name)
         part[PTIME] = frame[PTIME].to_numpy(np.int64)
         parts.append(pd.DataFrame(part))
     rows = pd.concat(parts, ignore_index=True)
     return rows
 
 
-def group_keys(frame: pd.DataFrame, plan: QueryPlan, event_ms: np.ndarray) -> np.ndarray:
-    """The model's key of each stream row: a keyed session's keys; for tumbling
-    windows the window's start, so that windows spread over the runner's state
-    shards (a row is in one window); else one key."""
+def group_keys(
+    frame: pd.DataFrame, plan: QueryPlan, event_ms: np.ndarray, table: str
+) -> np.ndarray:
+    """The model's key of each stream row (of stream ``table``): a keyed session's
+    keys; the values of its maintenance key's columns (also of hopping windows
+    keyed by columns too: a row is in several windows, but in one key); for
+    tumbling windows the window's start, so that windows spread over the
+    runner's state shards (a row is in one window); else one key."""
     if plan.keys:
         first, *rest = (frame[k].astype(str) for k in plan.keys)
         return (first.str.cat(rest, sep="|") if rest else first).to_numpy(object)
+    if keyed_by_columns(plan):
+        parts = [key_text(frame[c]) for c in plan.key.columns_of(table)]
+        text = parts[0]
+        for part in parts[1:]:
+            text = text + "|" + part
+        return text
     fn = plan.window_fn
     if isinstance(fn, FixedWindows):
         ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
@@ -309,9 +322,43 @@ def group_keys(frame: pd.DataFrame, plan: QueryPlan, event_ms: np.ndarray) -> np
     return np.full(len(frame), "0", dtype=object)
 
 
+#: A NULL key value's text (no value's text).
+NULL_KEY = "\x00null"
+
+
+def key_text(values: pd.Series) -> np.ndarray:
+    """A key column's values as text, equal for equal values of different types
+    (an integral float as its integer, a timestamp as epoch ms; NULL as one
+    marker): a join key's columns of two streams meet in one group. Equal text
+    of unequal values only shares a group, which stays exact."""
+    null = values.isna().to_numpy(bool)
+    if pd.api.types.is_datetime64_any_dtype(values):
+        values = pd.Series(event_millis(values))
+    if pd.api.types.is_integer_dtype(values):
+        text = values.astype(str).to_numpy(object)
+    elif pd.api.types.is_float_dtype(values):
+        num = values.to_numpy(np.float64)
+        integral = np.isfinite(num) & (num == np.floor(num))
+        whole = np.where(integral, num, 0).astype(np.int64).astype(str)
+        text = np.where(integral, whole, num.astype(str)).astype(object)
+    else:
+        text = values.astype(str).to_numpy(object)
+    text[null] = NULL_KEY
+    return text
+
+
 def is_keyed(plan: QueryPlan) -> bool:
     """Whether the model plan of ``plan`` has a key (see :func:`group_keys`)."""
-    return bool(plan.keys) or isinstance(plan.window_fn, FixedWindows)
+    return keyed_by_columns(plan) or bool(plan.keys) or isinstance(plan.window_fn, FixedWindows)
+
+
+def keyed_by_columns(plan: QueryPlan) -> bool:
+    """Whether the model's key is the maintenance key's columns: groups of a key
+    of columns, or hopping windows (not merging: a row is in one key) keyed by
+    columns besides the window."""
+    if plan.key.kind is KeyKind.COLUMNS:
+        return True
+    return bool(plan.key.parts) and isinstance(plan.window_fn, SlidingWindows)
 
 
 # ------------------------------------------------------------------ replay

@@ -52,6 +52,8 @@ class StreamLayout:
 
 
 _WINDOW = ["key", "window_start", "window_end"]
+#: The epoch ms a pandas timestamp can hold.
+_TS_MIN, _TS_MAX = pd.Timestamp.min.value // 1_000_000 + 1, pd.Timestamp.max.value // 1_000_000
 
 
 def _groups(panes: pd.DataFrame) -> pd.DataFrame:
@@ -250,11 +252,14 @@ class GroupMaintainer:
         con = self._connection()
         for name, frame in frames.items():
             con.register(name, frame)
+        # a global window's bounds (a keyed group) are out of a timestamp's range; no
+        # query reads them (its TVFs, if any, are computed over the group's rows)
+        starts, ends = (np.clip(np.asarray(b, np.int64), _TS_MIN, _TS_MAX) for b in (starts, ends))
         bounds = pd.DataFrame(
             {
                 GID: np.arange(len(starts), dtype=np.int64),
-                "__gs": pd.to_datetime(np.asarray(starts, np.int64), unit="ms"),
-                "__ge": pd.to_datetime(np.asarray(ends, np.int64), unit="ms"),
+                "__gs": pd.to_datetime(starts, unit="ms"),
+                "__ge": pd.to_datetime(ends, unit="ms"),
             }
         )
         con.register(GROUP_RELATION, bounds)

@@ -1,13 +1,14 @@
-"""From a parsed query to what runs: its tables, its event-time groups, its EMIT.
+"""From a parsed query to what runs: its tables, its groups, its EMIT.
 
-A streaming query is maintained per event-time group: a window of its
-windowing table functions (all of one query share one windowing), or, for a
-query without one, each event time on its own. Every stream row belongs to
-the groups (windows) of its event time; a group's result is the query over
-the group's rows, with the window columns set to the group's bounds. This is
-exact for the queries of the paper: windowed aggregates, joins on window
-bounds, a stream joined to a windowed aggregate of itself within the window
-(NEXMark Query 7), window Top-N.
+A streaming query is maintained per group of rows, by its maintenance key
+(:mod:`headwater.sql.keys`: what every operator combining rows partitions by).
+Keyed by window bounds, groups are the windows of its windowing table
+functions (all of one query share one windowing) and a group's result is the
+query over the group's rows with the window columns set to the group's bounds
+(windowed aggregates, joins on window bounds, NEXMark Query 7, window Top-N).
+Keyed by the event time (or combining nothing), groups are single event times.
+Keyed by plain columns, or by nothing, groups are the key's values (or one
+group) in a global window: nothing is late, state grows with the key's values.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ from sqlglot import exp
 
 from headwater.model.panes import Accumulation
 from headwater.model.strategy import WindowingStrategy
-from headwater.model.windows import FixedWindows, Sessions, SlidingWindows, WindowFn
+from headwater.model.windows import (
+    FixedWindows,
+    GlobalWindows,
+    Sessions,
+    SlidingWindows,
+    WindowFn,
+)
 from headwater.sql.catalog import Catalog, Table
 from headwater.sql.dialect import WindowTVF, position
 from headwater.sql.emit import Materialization
 from headwater.sql.errors import SqlError
 from headwater.sql.hybrid import resolve_watermarks
-
-#: Names of the window columns the TVFs add (the paper's, then Flink's).
-WINDOW_COLUMNS = frozenset({"wstart", "wend", "window_start", "window_end", "window_time"})
+from headwater.sql.keys import WINDOW_COLUMNS, KeyKind, MaintenanceKey, derive_key
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class QueryPlan:
     emit: Materialization
     window_fn: WindowFn
     keys: tuple[str, ...]
+    key: MaintenanceKey
+    group_mode: bool
     streams: tuple[Table, ...]
     tables: tuple[Table, ...]
     allowed_lateness: int
@@ -107,12 +114,15 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
     refs = {t.name.lower(): catalog.get(t.name, t) for t in _table_refs(query)}
     streams = tuple(t for t in refs.values() if t.is_stream)
     tables = tuple(t for t in refs.values() if not t.is_stream)
-    if windowing is None:
-        windowing = (FixedWindows(timedelta(milliseconds=1)), ())
+    key = MaintenanceKey(KeyKind.ROW)
+    window_fn, group_mode = FixedWindows(timedelta(milliseconds=1)), True
     if streams:
-        _check_groupings(query, streams)
-        _check_session_keys(query, windowing[1])
-        _check_raw_streams(query, streams, bool(tvfs))
+        _check_session_keys(query, windowing[1] if windowing else ())
+        windowed = _windowed(query, streams, windowing is not None)
+        fn = windowing[0] if windowing else None
+        size = fn.size if isinstance(fn, FixedWindows | SlidingWindows) else None
+        key = derive_key(query, catalog, windowed, size)
+        window_fn, group_mode = _groups(query, key, windowing, windowed)
         at = tvfs[0] if tvfs else query
         streams = resolve_watermarks(query, streams, windowing[0] if tvfs else None, at)
     group_query, order = _split_order(query, emit, bool(streams))
@@ -122,8 +132,10 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
         group_query=group_query,
         order=order,
         emit=emit,
-        window_fn=windowing[0],
-        keys=windowing[1],
+        window_fn=window_fn,
+        keys=windowing[1] if windowing and group_mode else (),
+        key=key,
+        group_mode=group_mode,
         streams=streams,
         tables=tables,
         allowed_lateness=max((t.allowed_lateness for t in streams), default=0),
@@ -160,51 +172,6 @@ def _tvf_table(tvf: WindowTVF, catalog: Catalog) -> Table:
             f"Window by DESCRIPTOR({table.event_time})",
         )
     return table
-
-
-def _reads_stream(select: exp.Select, streams: tuple[Table, ...]) -> bool:
-    names = {t.name.lower() for t in streams}
-    parts = [select.args.get("from_"), *(select.args.get("joins") or [])]
-    for part in parts:
-        if part is None:
-            continue
-        for node in part.find_all(exp.Table, WindowTVF):
-            if isinstance(node, WindowTVF) or node.name.lower() in names:
-                return True
-    return False
-
-
-def _check_groupings(query: exp.Expression, streams: tuple[Table, ...]) -> None:
-    """A GROUP BY over a stream needs an event-time key: without one its groups
-    never complete, and their state grows forever."""
-    event_times = {t.event_time for t in streams if t.event_time}
-    keys = WINDOW_COLUMNS | event_times
-    for select in query.find_all(exp.Select):
-        if not _reads_stream(select, streams):
-            continue
-        group = select.args.get("group")
-        aggregates = [
-            a
-            for e in select.expressions
-            for a in e.find_all(exp.AggFunc)
-            if not a.find_ancestor(exp.Window)
-        ]
-        if group is None and not aggregates:
-            continue
-        names = {c.name for c in (group.find_all(exp.Column) if group else [])}
-        if names & keys:
-            continue
-        node = group if group is not None else aggregates[0]
-        line, col = position(node)
-        raise SqlError(
-            "GROUP BY over an unbounded input needs an event-time key: its groups would "
-            "never be complete",
-            line,
-            col,
-            "Group by window bounds of a windowing table function (e.g. FROM Tumble(...) "
-            "GROUP BY wstart, wend, ...) or by the event-time column "
-            f"({', '.join(sorted(event_times)) or 'none declared'})",
-        )
 
 
 _LOWER = (exp.GTE, exp.GT)
@@ -259,43 +226,48 @@ def _refuse_inclusive_end(cmp: exp.Expression, bound, alias: str, column: str) -
         )
 
 
-def _check_raw_streams(query: exp.Expression, streams: tuple[Table, ...], windowed: bool) -> None:
-    """A stream read directly (not through a windowing TVF) is partitioned into the
-    query's event-time groups. That is exact when the query bounds its event time
-    to a window (NEXMark Query 7); without windows, groups are single instants,
-    so a second stream reference would only meet rows of the same instant."""
+def _windowed(query: exp.Expression, streams: tuple[Table, ...], windowed: bool) -> bool:
+    """Whether every stream row belongs to the windows of its event time: the query
+    has a windowing TVF and every stream read directly (not through a TVF) has its
+    event time bounded by a window of the query (NEXMark Query 7)."""
+    if not windowed:
+        return False
     by_name = {t.name.lower(): t for t in streams}
     raw = [
         t
         for t in _table_refs(query)
         if t.name.lower() in by_name and not isinstance(t.parent, WindowTVF)
     ]
-    if not windowed:
-        if len(raw) > 1:
-            line, col = position(raw[1])
-            raise SqlError(
-                "without a windowing table function, a streaming query is maintained per "
-                "event time: a second reference to a stream (a join, a subquery) would "
-                "only meet rows of the same instant",
-                line,
-                col,
-                "Window the streams (Tumble/Hop/Session) and join on the window bounds",
-            )
-        return
-    for ref in raw:
-        column = by_name[ref.name.lower()].event_time
-        missing = {"lower", "upper"} - _bounds(query, ref, column)
-        if missing:
-            alias = ref.alias_or_name
-            line, col = position(ref)
-            raise SqlError(
-                f"stream {alias} is read without a window: its event time must be bounded "
-                f"by a window of the query ({' and '.join(sorted(missing))} bound missing)",
-                line,
-                col,
-                f"Add e.g. {alias}.{column} >= W.wstart AND {alias}.{column} < W.wend, or "
-                f"read it through Tumble/Hop/Session",
-            )
+    bounded = [_bounds(query, ref, by_name[ref.name.lower()].event_time) for ref in raw]
+    return all(b == {"lower", "upper"} for b in bounded)
+
+
+def _groups(
+    query: exp.Expression,
+    key: MaintenanceKey,
+    tvf: tuple[WindowFn, tuple[str, ...]] | None,
+    windowed: bool,
+) -> tuple[WindowFn, bool]:
+    """The model's windows of the query's groups, and whether a group's rows are
+    one window's (the TVF columns are the group's bounds: ``group`` mode) or the
+    TVFs are computed over the group's rows (``compute`` mode)."""
+    instant = FixedWindows(timedelta(milliseconds=1))
+    if key.kind in (KeyKind.WINDOW, KeyKind.ROW) and tvf is not None and windowed:
+        return tvf[0], True
+    if key.kind in (KeyKind.ROW, KeyKind.EVENT_TIME, KeyKind.WINDOW):
+        return instant, tvf is None
+    emit = query.args.get("emit")
+    if emit is not None and emit.args.get("watermark"):
+        line, col = position(emit)
+        raise SqlError(
+            "EMIT AFTER WATERMARK needs groups the watermark completes, and this query's "
+            f"groups are not bounded in event time ({key.describe()})",
+            line,
+            col,
+            "Group by window bounds (FROM Tumble(...) ... GROUP BY wstart, wend) or by the "
+            "event time, or drop AFTER WATERMARK to see every change",
+        )
+    return GlobalWindows(), False
 
 
 def _check_session_keys(query: exp.Expression, keys: tuple[str, ...]) -> None:

@@ -144,6 +144,7 @@ class SqlQuery:
             lines.append(f"  table {t.name}: bounded")
         if plan.is_stream:
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
+            lines.append(f"  maintenance: {plan.key.describe()}")
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
             path = describe_path(plan)

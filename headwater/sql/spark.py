@@ -45,12 +45,14 @@ from headwater.sql.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.changelog import in_order
 from headwater.sql.errors import SqlError, position
 from headwater.sql.local import (
+    NULL_KEY,
     SqlPlan,
     SqlRun,
     _columns_of,
     compile_sql,
     event_times,
     is_keyed,
+    keyed_by_columns,
     row_letters,
     steps_of,
     union_rows,
@@ -221,7 +223,8 @@ class SparkSqlQuery(SqlQuery):
                 ):
                     cols.append(_union_column(F, table.spark, column, union, arrow, other == i))
             ts = F.expr(event_time_sql(table, f"unix_millis(`{table.event_time}`)"))
-            cols += [_group_key(F, self.plan, ts).alias("key"), ts.alias("ts")]
+            key = _group_key(F, self.plan, ts, table)
+            cols += [key.alias("key"), ts.alias("ts")]
             if _permissive(self.plan):
                 cols += [
                     (F.col(c) if table.permissive else F.lit(None).cast("string")).alias(c)
@@ -348,14 +351,35 @@ def spark_error(exc: Exception, plan) -> SqlError:
     return SqlError(f"Spark SQL cannot run this query: {reason}")
 
 
-def _group_key(F, plan, ts):
+def _group_key(F, plan, ts, table):
     """The model's key of a stream row as Spark computes it (as ``group_keys``)."""
     if plan.keys:
         return F.concat_ws("|", *[F.col(k).cast("string") for k in plan.keys])
+    if keyed_by_columns(plan):
+        parts = [_key_text(F, table.spark, c) for c in plan.key.columns_of(table.name)]
+        return F.concat_ws("|", *parts)
     fn = plan.window_fn
     if isinstance(fn, FixedWindows):
         return (ts - F.pmod(ts - F.lit(fn.offset), F.lit(fn.size))).cast("string")
     return F.lit("0")
+
+
+def _key_text(F, df, column: str):
+    """A key column's text as :func:`~headwater.sql.local.key_text` writes it."""
+    from pyspark.sql import types as T
+
+    kind = df.schema[column].dataType
+    col = F.col(column)
+    if isinstance(kind, T.TimestampType | T.TimestampNTZType):
+        text = F.unix_millis(col).cast("string")
+    elif isinstance(kind, T.FloatType | T.DoubleType | T.DecimalType):
+        whole = F.col(column) == F.floor(col)
+        text = F.when(whole, F.floor(col).cast("bigint").cast("string")).otherwise(
+            col.cast("double").cast("string")
+        )
+    else:
+        text = col.cast("string")
+    return F.coalesce(text, F.lit(NULL_KEY))
 
 
 def _union_column(F, df, column: str, union: str, arrow, own: bool):
