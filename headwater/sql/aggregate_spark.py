@@ -33,6 +33,7 @@ from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
+from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming, state_store_for
 from headwater.runners.spark.types import of_spark
@@ -77,8 +78,10 @@ def compile_stream(
     *,
     lift: bool | str = "auto",
     num_shards: int | None = None,
+    end_of_input=None,
 ):
-    """The runner's streaming plan over the pre-projected ``df`` (see :func:`project`)."""
+    """The runner's streaming plan over the pre-projected ``df`` (see :func:`project`);
+    ``end_of_input``: see :func:`~headwater.runners.spark.streaming.compile_streaming`."""
     plan = build_plan(
         Schema.of({f.name: of_spark(f.dataType) for f in df.schema.fields}),
         keys=sql.keys,
@@ -96,6 +99,7 @@ def compile_stream(
         timestamps="ms",
         lift=lift,
         num_shards=num_shards,
+        end_of_input=end_of_input,
     )
 
 
@@ -284,12 +288,15 @@ def start(
     query_name: str | None = None,
     lift: bool | str = "auto",
     num_shards: int | None = None,
+    end_of_input: bool | None = None,
 ):
     """Start the query over its Spark stream. Each micro-batch's changelog
     (:func:`changelog_frame`) goes to ``sink`` and its dead letters
     (:func:`dead_letter_frame`) to ``dead_letter_sink``, each ``f(batch_df,
     batch_id)`` (idempotent per batch id: a batch re-runs after a failure);
-    with neither, the changelog goes to Spark's ``noop`` sink (benchmarks)."""
+    with neither, the changelog goes to Spark's ``noop`` sink (benchmarks).
+    An ``availableNow`` run ends its input unless ``end_of_input`` is False
+    (docs/semantics.md, "End of input")."""
     table = sql.shape.stream
     if table.spark is None or not table.is_stream:
         raise SqlError(f"table {table.name!r} is not a Spark stream")
@@ -299,8 +306,14 @@ def start(
             hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ..., or pass "
             "Table(..., watermark=BoundedOutOfOrderness(ms))",
         )
+    end = end_of_input_for(trigger, end_of_input)
     out = compile_stream(
-        sql, project(sql, table.spark), table.watermark, lift=lift, num_shards=num_shards
+        sql,
+        project(sql, table.spark),
+        table.watermark,
+        lift=lift,
+        num_shards=num_shards,
+        end_of_input=end,
     )
     if sink is None and dead_letter_sink is None:
         writer = changelog_frame(sql, out).writeStream.format("noop")
@@ -322,8 +335,12 @@ def start(
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    with state_store_for(out.sparkSession):
-        return writer.start()
+
+    def launch():
+        with state_store_for(out.sparkSession):
+            return writer.start()
+
+    return launch() if end is None else BoundedQuery(launch, end)
 
 
 __all__ = [
