@@ -30,7 +30,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 from headwater.model.reducer import Emission, Reducer
 from headwater.model.schema import PANE_COLUMNS, DropReason
 from headwater.model.slack import slack_tracker
-from headwater.model.steps import Bundle, MicroBatch, apply_step
+from headwater.model.steps import Bundle, MicroBatch, apply_step, end_of_input
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.runners.spark.packing import unpack
 from headwater.runners.spark.types import to_spark_pandas
@@ -114,7 +114,7 @@ class ShardLogic:
             trace.append((time, step.watermark, step.slack))
         last = self._last(table, now) if plan.has_proc else now
         if end:  # the input ends: the watermark goes to the end of time
-            emission = apply_step(reducer, MicroBatch(watermark=MAX_TIMESTAMP, now=last))
+            emission = apply_step(reducer, end_of_input(now=last))
             emissions.append((last, emission, reducer.settled()))
             trace.append((last, MAX_TIMESTAMP, tracker.slack()))
         self.state.update((reducer.snapshot(), -1))
