@@ -242,8 +242,11 @@ def test_sql_tumble_after_watermark_over_finite_stream_spark(spark) -> None:
 
 def _write_files(rows: pd.DataFrame, directory: str, parts: int) -> None:
     os.makedirs(directory, exist_ok=True)
+    # Instants (UTC-adjusted microseconds): Spark reads them as TIMESTAMP.
+    rows = rows.assign(et=rows["et"].dt.tz_localize("UTC"))
     for i, part in enumerate(np.array_split(rows, parts)):
-        part.to_parquet(os.path.join(directory, f"part-{i:03d}.parquet"), index=False)
+        path = os.path.join(directory, f"part-{i:03d}.parquet")
+        part.to_parquet(path, index=False, coerce_timestamps="us")
 
 
 def _run_available_now(spark, stream, strategy, checkpoint, end_of_input=None):
