@@ -644,26 +644,40 @@ class WindowedAggregation:
         trigger: Mapping[str, Any] | None = None,
         query_name: str | None = None,
         num_shards: int | None = None,
+        end_of_input: bool | None = None,
     ):
         """Start a streaming aggregation: panes to ``panes_sink`` and dropped elements
         to ``dead_letter_sink`` (each ``f(batch_df, batch_id)``), with the
-        checkpoint at ``checkpoint_location``. Returns the ``StreamingQuery``."""
+        checkpoint at ``checkpoint_location``. Returns the ``StreamingQuery``.
+
+        With ``trigger={"availableNow": True}`` the input is bounded: its end moves
+        the watermark to the end of time, so every pending pane fires and the
+        result is the bounded run's (docs/semantics.md, "End of input"); the query
+        returned ends it in ``awaitTermination()``. ``end_of_input=False`` keeps
+        the pending windows in the checkpoint instead (an incremental job that
+        reads more of its source at its next run)."""
         if not self.is_streaming or self.source.is_local:
             raise ValueError("start() runs a streaming input; for a bounded one use to_spark()")
+        from headwater.runners.spark.ending import end_of_input_for
+
+        end = end_of_input_for(trigger, end_of_input)
         return _streaming_runner().start_streaming(
-            self._streaming_output(num_shards),
+            self._streaming_output(num_shards, end),
             checkpoint_location=checkpoint_location,
             panes_sink=panes_sink,
             dead_letter_sink=dead_letter_sink,
             trigger=trigger,
             query_name=query_name,
             num_shards=num_shards,
+            end_of_input=end,
         )
 
-    def _streaming_output(self, num_shards: int | None) -> DataFrame:
+    def _streaming_output(self, num_shards: int | None, end_of_input=None) -> DataFrame:
         """The streaming runner's output: panes and dropped elements, told apart by
         ``kind`` (with the source's rejected records among the dropped ones)."""
-        out = _streaming_runner().compile_streaming(self.input, self.plan, num_shards=num_shards)
+        out = _streaming_runner().compile_streaming(
+            self.input, self.plan, num_shards=num_shards, end_of_input=end_of_input
+        )
         if self.source.rejects is not None:
             from headwater.io.kafka import with_rejects
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from headwater.model.watermarks import END_OF_INPUT
+
 if TYPE_CHECKING:
     from headwater.model.reducer import Emission, Reducer
 
@@ -72,6 +74,13 @@ class MicroBatch:
 
 
 Step = Bundle | WatermarkAdvance | ClockAdvance | MicroBatch
+
+
+def end_of_input(now: int | None = None) -> MicroBatch:
+    """The last step of a bounded input (docs/semantics.md, "End of input"): the
+    watermark goes to the end of time, so every pending window fires and is
+    collected, and no processing-time timer is left waiting."""
+    return MicroBatch(watermark=END_OF_INPUT, now=now)
 
 
 def as_micro_batch(step: Step) -> MicroBatch:

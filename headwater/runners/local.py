@@ -29,6 +29,7 @@ from headwater.model.steps import (
     Step,
     WatermarkAdvance,
     apply_step,
+    end_of_input,
 )
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MAX_TIMESTAMP, to_millis
@@ -223,7 +224,7 @@ def _replay_steps(df, plan, arrival_time, valid, ts, key_codes, values) -> list[
             )
         )
     last = int(arrival.max()) if len(arrival) else 0
-    steps.append(MicroBatch(watermark=MAX_TIMESTAMP, now=last))
+    steps.append(end_of_input(now=last))
     return steps
 
 

@@ -35,6 +35,7 @@ from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
+from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
@@ -91,9 +92,11 @@ def compile_stream(
     lift: bool | str = "auto",
     num_shards: int | None = None,
     carry: tuple[str, ...] = (),
+    end_of_input=None,
 ):
     """The runner's streaming plan over the pre-projected ``df`` (see :func:`project`);
-    ``carry``: its columns each dead letter keeps (none with ``lift=True``)."""
+    ``carry``: its columns each dead letter keeps (none with ``lift=True``);
+    ``end_of_input``: see :func:`~headwater.runners.spark.streaming.compile_streaming`."""
     plan = build_plan(
         Schema.of({f.name: of_spark(f.dataType) for f in df.schema.fields}),
         keys=sql.keys,
@@ -112,6 +115,7 @@ def compile_stream(
         lift=lift,
         num_shards=num_shards,
         carry=() if lift is True else carry,
+        end_of_input=end_of_input,
     )
 
 
@@ -327,12 +331,15 @@ def start(
     query_name: str | None = None,
     lift: bool | str = "auto",
     num_shards: int | None = None,
+    end_of_input: bool | None = None,
 ):
     """Start the query over its Spark stream. Each micro-batch's changelog
     (:func:`changelog_frame`) goes to ``sink`` and its dead letters
     (:func:`dead_letter_frame`) to ``dead_letter_sink``, each ``f(batch_df,
     batch_id)`` (idempotent per batch id: a batch re-runs after a failure);
-    with neither, the changelog goes to Spark's ``noop`` sink (benchmarks)."""
+    with neither, the changelog goes to Spark's ``noop`` sink (benchmarks).
+    An ``availableNow`` run ends its input unless ``end_of_input`` is False
+    (docs/semantics.md, "End of input")."""
     table = sql.shape.stream
     if table.spark is None or not table.is_stream:
         raise SqlError(f"table {table.name!r} is not a Spark stream")
@@ -343,6 +350,7 @@ def start(
             hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ..., or pass "
             "Table(..., watermark=BoundedOutOfOrderness(ms))",
         )
+    end = end_of_input_for(trigger, end_of_input)
     out = compile_stream(
         sql,
         project(sql, table.spark, carry=True),
@@ -350,6 +358,7 @@ def start(
         lift=lift,
         num_shards=num_shards,
         carry=(*carried(sql), *(CARRIED if table.permissive else ())),
+        end_of_input=end,
     )
     if sink is None and dead_letter_sink is None:
         writer = changelog_frame(sql, out).writeStream.format("noop")
@@ -371,8 +380,12 @@ def start(
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    with starting_query(out.sparkSession, num_shards):
-        return writer.start()
+
+    def launch():
+        with starting_query(out.sparkSession, num_shards):
+            return writer.start()
+
+    return launch() if end is None else BoundedQuery(launch, end)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
+from headwater.model.watermarks import END_OF_INPUT
 from headwater.model.windows import FixedWindows, SlidingWindows
 from headwater.sql.aggregate import AggregatePlan, try_compile
 from headwater.sql.aggregate_shape import enabled
@@ -421,15 +422,21 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
 
 def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):
     """The processing times of the steps (up to ``as_of``) and the query's
-    watermark after each: the smallest of its streams' watermarks."""
+    watermark after each: the smallest of its streams' watermarks, and the end
+    of time after the last step of the input (when ``as_of`` reaches it)."""
     times = [rows[PTIME].to_numpy(np.int64)]
     times += [
         t.watermarks["ptime"].to_numpy(np.int64) for t in plan.streams if t.watermarks is not None
     ]
     ptimes = np.unique(np.concatenate(times))
+    ended = len(ptimes) and (as_of is None or as_of >= ptimes[-1])
     if as_of is not None:
         ptimes = ptimes[ptimes <= as_of]
     marks = np.min([watermark_after_steps(t, ptimes) for t in plan.streams], axis=0)
+    if ended:
+        # A recorded stream is bounded: its last step ends the input (docs/semantics.md,
+        # "End of input"), so every pending window fires and every timer is resolved.
+        marks[-1] = END_OF_INPUT
     return ptimes, marks
 
 

@@ -35,6 +35,7 @@ from headwater.model.time import to_millis
 from headwater.model.types import INT64
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.model.windows import FixedWindows
+from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
@@ -190,7 +191,7 @@ class SparkSqlQuery(SqlQuery):
             shutil.rmtree(workdir, ignore_errors=True)
         return _with_null_event_times(collected, sql, as_of)
 
-    def _compile(self, sql: SqlPlan, stream, watermark=None, carry=()):
+    def _compile(self, sql: SqlPlan, stream, watermark=None, carry=(), end_of_input=None):
         plan = build_plan(
             Schema.of({f.name: of_spark(f.dataType) for f in stream.schema.fields}),
             keys=("key",) if is_keyed(self.plan) else (),
@@ -202,7 +203,12 @@ class SparkSqlQuery(SqlQuery):
             capabilities=CAPABILITIES,
         )
         return compile_streaming(
-            stream, plan, transform=sql.maintainer, timestamps="ms", carry=carry
+            stream,
+            plan,
+            transform=sql.maintainer,
+            timestamps="ms",
+            carry=carry,
+            end_of_input=end_of_input,
         )
 
     # -- Spark streaming sources
@@ -243,12 +249,14 @@ class SparkSqlQuery(SqlQuery):
         sink=None,
         dead_letter_sink=None,
         trigger: Mapping[str, Any] | None = None,
+        end_of_input: bool | None = None,
     ):
         """Start the query over its Spark streams: each micro-batch's changelog
         (the query's columns, ``undo``, ``ptime``, ``ver``) goes to ``sink`` and its
         dead letters to ``dead_letter_sink`` (``f(batch_df, batch_id)``, idempotent
         per batch id: e.g. :class:`~headwater.io.sinks.relation.RelationSink`,
-        :func:`~headwater.io.sinks.parquet_sink`)."""
+        :func:`~headwater.io.sinks.parquet_sink`). An ``availableNow`` run ends its
+        input unless ``end_of_input`` is False (docs/semantics.md, "End of input")."""
         from pyspark.sql import functions as F
 
         _refuse_corrections(self.plan.streams)
@@ -273,6 +281,7 @@ class SparkSqlQuery(SqlQuery):
                 sink=sink,
                 dead_letter_sink=dead_letter_sink,
                 trigger=trigger,
+                end_of_input=end_of_input,
             )
         delays = [t.watermark.delay for t in self.plan.streams if t.watermark is not None]
         if not delays:
@@ -281,7 +290,8 @@ class SparkSqlQuery(SqlQuery):
                 hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
             )
         carry = CARRIED if _permissive(self.plan) else ()
-        out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)), carry)
+        end = end_of_input_for(trigger, end_of_input)
+        out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)), carry, end)
         fields = [f.name for f in sql.maintainer.output_fields()]
         columns = [
             *[F.col(c) for c in sql.maintainer.columns],
@@ -306,8 +316,12 @@ class SparkSqlQuery(SqlQuery):
         )
         if trigger:
             writer = writer.trigger(**trigger)
-        with starting_query(self.spark):
-            return writer.start()
+
+        def launch():
+            with starting_query(self.spark):
+                return writer.start()
+
+        return launch() if end is None else BoundedQuery(launch, end)
 
     def write(self, sink, *, dead_letter_sink=None, **options: Any) -> None:
         """As :meth:`SqlQuery.write`; over Spark streams, a streaming query to

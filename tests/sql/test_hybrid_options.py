@@ -69,8 +69,8 @@ def _source(stream: pd.DataFrame, watermark) -> object:
 
 
 def _fluent(stream: pd.DataFrame, strategy):
-    """The fluent pipeline's panes (but those of the last step, which ends the input:
-    a SQL run stops at the last replayed step) and dead letters."""
+    """The fluent pipeline's panes and dead letters. Its input ends in a step of its
+    own at the last arrival time; a SQL replay ends in its last step, at that time."""
     agg = (
         _source(stream, strategy)
         .window(hw.SlidingWindows(0.5, 0.1))
@@ -79,14 +79,14 @@ def _fluent(stream: pd.DataFrame, strategy):
     )
     out = agg._run_local()
     steps = np.unique(stream[BATCH_TIME])
-    panes = out.panes[out.panes["step"] < len(steps)]
+    panes = out.panes
     frame = pd.DataFrame(
         {
             "wstart": panes["window_start"].to_numpy(),
             "wend": panes["window_end"].to_numpy(),
             "sensor": panes["sensor"].to_numpy(np.int64),
             "total": panes["total"].to_numpy(np.int64),
-            "ptime": steps[panes["step"].to_numpy(np.int64)],
+            "ptime": steps[np.minimum(panes["step"].to_numpy(np.int64), len(steps) - 1)],
         }
     )
     return _sorted(frame), _letters(out.dropped)

@@ -199,7 +199,7 @@ class Packer:
     def _packets(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
         table = pa.Table.from_batches(batches)
         ticks = None
-        if self.plan.has_kind:
+        if self.plan.has_control:
             is_tick = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
             if pc.any(is_tick).as_py():
                 ticks = table.filter(is_tick).drop_columns([SHARD])

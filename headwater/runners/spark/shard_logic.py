@@ -30,7 +30,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 from headwater.model.reducer import Emission, Reducer
 from headwater.model.schema import PANE_COLUMNS, DropReason
 from headwater.model.slack import slack_tracker
-from headwater.model.steps import Bundle, MicroBatch, apply_step
+from headwater.model.steps import Bundle, MicroBatch, apply_step, end_of_input
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.runners.spark.packing import unpack
 from headwater.runners.spark.types import to_spark_pandas
@@ -114,7 +114,7 @@ class ShardLogic:
             trace.append((time, step.watermark, step.slack))
         last = self._last(table, now) if plan.has_proc else now
         if end:  # the input ends: the watermark goes to the end of time
-            emission = apply_step(reducer, MicroBatch(watermark=MAX_TIMESTAMP, now=last))
+            emission = apply_step(reducer, end_of_input(now=last))
             emissions.append((last, emission, reducer.settled()))
             trace.append((last, MAX_TIMESTAMP, tracker.slack()))
         self.state.update((reducer.snapshot(), -1))
@@ -234,11 +234,14 @@ class ShardLogic:
 
     def _control(self, table: pa.Table | None) -> tuple[pa.Table | None, bool, bool]:
         """The data rows; whether the step fires processing-time timers (a replay
-        marks those steps with a ``clock`` row); whether it ends the input (``end``)."""
-        if table is None or not self.plan.has_kind:
-            return table, not self.plan.has_kind, False
+        marks those steps with a ``clock`` row); whether it ends the input (an ``end``
+        row, from a replay or :mod:`headwater.io.end_of_input`)."""
+        plan = self.plan
+        if table is None or not plan.has_control:
+            return table, not plan.has_kind, False
         control = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
-        fire_timers = bool(pc.any(pc.equal(table[KIND], "clock")).as_py())
+        # Without a replay's kinds (only an end-of-input stream), every step fires timers.
+        fire_timers = not plan.has_kind or bool(pc.any(pc.equal(table[KIND], "clock")).as_py())
         end = bool(pc.any(pc.equal(table[KIND], "end")).as_py())
         return table.filter(pc.invert(control)), fire_timers, end
 

@@ -87,6 +87,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from headwater.io.end_of_input import EndOfInput
 from headwater.model import combiners as C
 from headwater.model import types as HT
 from headwater.model.plan import (
@@ -107,6 +108,7 @@ from headwater.model.watermarks import (
     WatermarkStrategy,
     watermark_strategy,
 )
+from headwater.runners.spark.ending import BoundedQuery
 from headwater.runners.spark.output import (
     PANE_FIELDS,
     dead_letters,
@@ -273,6 +275,7 @@ def compile_streaming(
     transform: PaneTransform | None = None,
     arrival_order_col: str | None = None,
     carry: Sequence[str] = (),
+    end_of_input: EndOfInput | None = None,
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -305,6 +308,9 @@ def compile_streaming(
     whole row, so that a dropped row can be reprocessed); they travel with
     every row to its shard, so a plan that carries any is not lifted
     (``lift=True`` refuses: a partial aggregate has no row).
+    ``end_of_input``: the plan also reads this control stream, whose ``end`` row
+    moves every shard's watermark to the end of time (:mod:`.ending`; start it
+    with :func:`start_streaming` and the same object).
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -360,6 +366,8 @@ def compile_streaming(
     projected += [F.col(c) for c in (*input_cols, *carried)]
     if kind is not None:
         projected.append(F.col(kind).cast("string").alias(KIND))
+    elif end_of_input is not None:
+        projected.append(F.lit(None).cast("string").alias(KIND))
     if wm_col is not None:
         projected.append(wm_col.alias(WM))
     if proc_col is not None:
@@ -367,6 +375,8 @@ def compile_streaming(
     if derived is not None and arrival_order_col is not None:
         projected.append(F.col(arrival_order_col).cast("long").alias(ORDER))
     flat = df.select(*projected)
+    if end_of_input is not None:
+        flat = _with_end_of_input(flat, end_of_input)
 
     # -- combiner lifting (never with a shard-derived watermark: it measures each row)
     can_lift = lift in ("auto", True) and derived is None and not carried
@@ -446,6 +456,7 @@ def compile_streaming(
         transform=transform,
         derived=derived,
         has_order=derived is not None and arrival_order_col is not None,
+        ends=end_of_input is not None,
     )
     packets = flat.mapInArrow(Packer(worker_plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
@@ -472,6 +483,17 @@ def compile_streaming(
     return out.drop(_NO_KEY) if not plan.keys else out
 
 
+def _with_end_of_input(flat: DataFrame, end: EndOfInput) -> DataFrame:
+    """The projected rows and the end-of-input stream's ``end`` row (its other
+    columns null), one stream."""
+    control = end.stream(flat.sparkSession)
+    columns = [
+        F.col("kind").alias(KIND) if f.name == KIND else F.lit(None).cast(f.dataType).alias(f.name)
+        for f in flat.schema.fields
+    ]
+    return flat.unionByName(control.select(*columns))
+
+
 def start_streaming(
     out: DataFrame,
     *,
@@ -482,13 +504,17 @@ def start_streaming(
     query_name: str | None = None,
     metrics_name: str | None = "headwater",
     num_shards: int | None = None,
+    end_of_input: EndOfInput | None = None,
 ):
     """Start the query: panes to ``panes_sink``, dropped elements to
     ``dead_letter_sink`` (each ``f(batch_df, batch_id)``; make them idempotent
     per batch id: a batch re-runs after a failure). ``trigger``: keyword
     arguments of ``DataStreamWriter.trigger``, e.g. ``{"availableNow": True}``.
     ``num_shards``: the one ``out`` was compiled with; the query runs with as
-    many shuffle partitions (:func:`~headwater.runners.spark.session.starting_query`)."""
+    many shuffle partitions (:func:`~headwater.runners.spark.session.starting_query`).
+    ``end_of_input``: the one ``out`` was compiled with (:func:`compile_streaming`);
+    then a :class:`~.ending.BoundedQuery` is returned, whose ``awaitTermination``
+    ends the input after the run over it."""
     if metrics_name:
         out = observe_counts(out, metrics_name)
 
@@ -511,5 +537,9 @@ def start_streaming(
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    with starting_query(out.sparkSession, num_shards):
-        return writer.start()
+
+    def launch():
+        with starting_query(out.sparkSession, num_shards):
+            return writer.start()
+
+    return launch() if end_of_input is None else BoundedQuery(launch, end_of_input)

@@ -105,6 +105,14 @@ class WorkerPlan:
     #: headwater.model.slack), or None
     derived: Any = None
     has_order: bool = False  # an ORDER column (arrival order within a processing time)
+    #: the plan reads an end-of-input control stream (headwater.io.end_of_input): the
+    #: KIND column is projected, and an 'end' row ends the input
+    ends: bool = False
+
+    @property
+    def has_control(self) -> bool:
+        """Whether packets carry KIND, so control rows reach every shard."""
+        return self.has_kind or self.ends
 
 
 _PROFILERS: dict[str, Any] = {}
