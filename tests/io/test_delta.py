@@ -1,0 +1,165 @@
+"""DeltaSink: a Delta table equal to a pipeline's / a changelog's table view.
+
+Late data and retractions (merging sessions, a dropped late row) on the local
+runner and on Spark streaming; a replayed batch id changes nothing (same Delta
+version, same rows); read back with ``deltalake``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import headwater as hw
+from headwater.io.replay import read_replay, write_timeline
+
+pytest.importorskip("deltalake")
+from deltalake import DeltaTable  # noqa: E402
+
+from headwater.io.sinks.delta import DeltaSink  # noqa: E402
+
+# Sessions merge as data arrives; b at 1000 arrives after its window closed (dropped).
+EVENTS = pd.DataFrame(
+    [
+        ("a", 1000, 1, 1000),
+        ("b", 2000, 2, 1000),
+        ("a", 5000, 3, 1000),
+        ("a", 30000, 4, 2000),
+        ("b", 9000, 5, 2000),
+        ("c", 50000, 6, 5000),
+        ("a", 12000, 7, 4000),
+        ("a", 21000, 8, 4000),
+        ("b", 1000, 9, 6000),
+        ("c", 47000, 10, 6000),
+    ],
+    columns=["user", "ts", "value", "arrival"],
+)
+KEY = ["user", "window_start", "window_end"]
+VALUES = ["total", "n"]
+
+
+def _pipeline(stream):
+    return (
+        stream.window(
+            hw.Sessions("10 seconds"),
+            trigger=hw.AfterWatermark(early=hw.AfterCount(1), late=hw.AfterCount(1)),
+            allowed_lateness="20 seconds",
+            accumulation="retracting",
+        )
+        .group_by("user")
+        .agg(total=hw.sum("value"), n=hw.count())
+    )
+
+
+def _rows(frame: pd.DataFrame, cols=KEY + VALUES) -> list[tuple]:
+    return sorted(
+        tuple(v.item() if isinstance(v, np.generic) else v for v in r)
+        for r in frame[cols].itertuples(index=False)
+    )
+
+
+@pytest.fixture(scope="module")
+def local():
+    """The local runner's changelog, and the bounded answer over the kept rows."""
+    agg = _pipeline(
+        hw.from_pandas(EVENTS, event_time="ts", arrival_time="arrival", watermark="5 seconds")
+    )
+    changelog = agg.to_pandas()
+    dropped = agg.dead_letters()
+    kept = EVENTS[~EVENTS.ts.isin(dropped.ts) | ~EVENTS.value.isin(dropped.value)]
+    final = (
+        hw.from_pandas(kept, event_time="ts")
+        .window(hw.Sessions("10 seconds"))
+        .group_by("user")
+        .agg(total=hw.sum("value"), n=hw.count())
+        .to_pandas()
+    )
+    assert changelog.is_retraction.any() and len(dropped) == 1 and len(kept) == 9
+    return changelog, final, agg
+
+
+def test_local_panes_into_delta_equal_the_table_view(local, tmp_path):
+    changelog, final, agg = local
+    sink = DeltaSink(tmp_path / "t", aggregation=agg)
+    # Three micro-batches of the changelog, in its order.
+    cuts = [0, len(changelog) // 3, 2 * len(changelog) // 3, len(changelog)]
+    for batch_id in range(3):
+        assert sink.write(changelog.iloc[cuts[batch_id] : cuts[batch_id + 1]], batch_id)
+    got = DeltaTable(str(tmp_path / "t")).to_pandas()
+    assert _rows(got) == _rows(final)
+    # A replayed batch changes nothing: not the version, not the rows.
+    version = sink.version()
+    assert sink.last_batch_id() == 2
+    assert not sink.write(changelog.iloc[:3], 1)
+    assert sink.version() == version
+    assert _rows(DeltaTable(str(tmp_path / "t")).to_pandas()) == _rows(final)
+
+
+def test_changelog_multiset_and_keyed(tmp_path):
+    log = pd.DataFrame(
+        [
+            ("x", 1, False, 1, 0),
+            ("x", 1, False, 1, 1),
+            ("y", 2, False, 1, 2),
+            ("x", 1, True, 2, 0),
+            ("y", 2, True, 2, 1),
+            ("y", 3, False, 2, 2),
+        ],
+        columns=["k", "v", "undo", "ptime", "ver"],
+    )
+    multi = DeltaSink(tmp_path / "m")
+    multi.write(log.iloc[:3], 0)
+    multi.write(log.iloc[3:], 1)
+    assert _rows(multi.read(), ["k", "v"]) == [("x", 1), ("y", 3)]
+    keyed = DeltaSink(tmp_path / "k", key=["k"])
+    keyed.write(log.iloc[:3], 0)
+    keyed.write(log.iloc[3:4], 1)  # x's last change is an undo: x is gone
+    assert _rows(keyed.read(), ["k", "v"]) == [("y", 2)]
+    keyed.write(log.iloc[4:], 2)
+    assert _rows(keyed.read(), ["k", "v"]) == [("y", 3)]
+
+
+def test_discarding_is_refused():
+    agg = (
+        hw.from_pandas(EVENTS, event_time="ts")
+        .window(hw.FixedWindows("10 seconds"), accumulation="discarding")
+        .group_by("user")
+        .agg(total=hw.sum("value"))
+    )
+    with pytest.raises(ValueError, match="discarding"):
+        DeltaSink("/nonexistent", aggregation=agg)
+
+
+def _timeline(path) -> None:
+    steps, seen, previous = [], None, None
+    for arrival, part in EVENTS.groupby("arrival", sort=True):
+        if seen is not None:
+            steps.append({"proc_ms": int(previous), "watermark_ms": seen - 5000})
+        rows = part[["user", "ts", "value"]].values.tolist()
+        steps.append({"proc_ms": int(arrival), "rows": rows})
+        seen = max(seen if seen is not None else -(2**62), int(part.ts.max()))
+        previous = arrival
+    steps.append({"proc_ms": int(EVENTS.arrival.max()), "watermark_ms": "inf"})
+    write_timeline(path, steps, columns={"value": "bigint"})
+
+
+@pytest.mark.spark
+def test_spark_stream_into_delta_equals_the_table_view(spark, local, tmp_path):
+    _, final, _ = local
+    _timeline(tmp_path / "timeline.jsonl")
+    df = read_replay(spark, str(tmp_path / "timeline.jsonl")).withColumnRenamed("key", "user")
+    agg = _pipeline(hw.from_spark(df, event_time="ts"))
+    sink = DeltaSink(tmp_path / "t", aggregation=agg)
+    query = agg.start(
+        checkpoint_location=str(tmp_path / "ckpt"),
+        panes_sink=sink,
+        trigger={"availableNow": True},
+    )
+    try:
+        query.awaitTermination(300)
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    assert _rows(DeltaTable(str(tmp_path / "t")).to_pandas()) == _rows(final)
+    assert sink.last_batch_id() is not None and sink.last_batch_id() >= 1
