@@ -157,6 +157,7 @@ class DeltaSink:
     def _merge(self, staged: pa.Table, on: Sequence[str], guard: str | None, batch_id: int):
         from deltalake import CommitProperties, DeltaTable, Transaction
 
+        staged = _micros(staged)
         columns = [c for c in staged.column_names if c != DELETE]
         dt = self._table()
         if dt is None:
@@ -214,6 +215,16 @@ def _last_per(table: pa.Table, key: Sequence[str]) -> pa.Table:
     table = table.append_column(POS, pa.array(np.arange(table.num_rows)))
     grouped = table.group_by(list(key), use_threads=False).aggregate([(POS, "max")])
     return table.take(grouped[f"{POS}_max"]).drop_columns([POS])
+
+
+def _micros(table: pa.Table) -> pa.Table:
+    """Timestamps in microseconds, Delta's unit (nanoseconds need a reader feature
+    few readers have); whole microseconds are exact, a finer time is refused."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            to = pa.timestamp("us", tz=field.type.tz)
+            table = table.set_column(i, field.name, table[i].cast(to, safe=True))
+    return table
 
 
 def _q(name: str) -> str:
