@@ -230,3 +230,18 @@ def test_sql_delta_options_are_checked(tmp_path):
     bad = {"T": f"'path' = '{tmp_path / 't'}', 'format' = 'json'"}
     with pytest.raises(SqlError, match="unknown option 'format'"):
         list(run_script(_script(replay, "replay", bad)))
+
+
+def test_docs_example_runs(tmp_path, monkeypatch):
+    """docs/delta.md's python block runs as written (from a scratch directory)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "delta.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/delta.md", "exec"), {})
+    got = DeltaSink(tmp_path / "tmp/delta-docs/scores").read()
+    assert _rows(got, ["user", "total"]) == [("a", 3), ("b", 3)]
+    assert DeltaSink(tmp_path / "tmp/delta-docs/scores").version() == 1
