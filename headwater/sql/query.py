@@ -108,7 +108,7 @@ class SqlQuery:
         processing time of a replay, one batch for a bounded query; the dead
         letters to ``dead_letter_sink`` (one batch)."""
         log = self.changelog()
-        for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True)):
+        for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True, dropna=False)):
             sink(batch.reset_index(drop=True), batch_id)
         if dead_letter_sink is not None:
             self.write_dead_letters(dead_letter_sink, options.get("as_of"))

@@ -11,6 +11,7 @@ rows and watermarks); parquet, csv and json are files, read here as they are
 Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
 ``table`` (the current rows in DuckDB or PostgreSQL, ``'table'`` naming it).
 Kafka tables (``'connector'`` = ``kafka`` / ``upsert-kafka``): :mod:`headwater.sql.kafka_tables`.
+Delta Lake sinks (``'connector'`` = ``delta``): :mod:`headwater.sql.delta_tables`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql.catalog import Table
 from headwater.sql.correct import corrections_option
 from headwater.sql.ddl import SourceDef
+from headwater.sql.delta_tables import delta_sink, is_delta
 from headwater.sql.errors import SqlError
 from headwater.sql.files import FileRead, no_rejects, read_csv, read_json_lines
 from headwater.sql.hybrid import watermark_option
@@ -106,6 +108,8 @@ def make_sink(d: SourceDef):
     """The sink a ``CREATE TABLE ... WITH ('format' = 'changelog' | 'table')`` declares."""
     if is_kafka(d):
         return kafka_sink(d)
+    if is_delta(d):
+        return delta_sink(d)
     fmt, path = d.options.get("format", "").lower(), d.options.get("path")
     if path is None:
         raise SqlError(f"sink {d.name!r} has no 'path'", d.line)
@@ -115,6 +119,8 @@ def make_sink(d: SourceDef):
 
 
 def is_sink(d: SourceDef) -> bool:
+    if is_delta(d):
+        return True  # a Delta table is only a sink (delta_sink refuses WATERMARK FOR)
     if d.event_time is not None:
         return False
     return is_kafka(d) or d.options.get("format", "").lower() in SINK_FORMATS

@@ -36,8 +36,9 @@ raw output.
 The modules: :mod:`~headwater.io.sinks.batches` (batch input, :func:`fan_out`),
 :mod:`~headwater.io.sinks.parquet` (the Parquet sinks),
 :mod:`~headwater.io.sinks.results` (the current-results table and its exact
-semantics) and :mod:`~headwater.io.sinks.stores` (its DuckDB and PostgreSQL
-backends).
+semantics), :mod:`~headwater.io.sinks.stores` (its DuckDB and PostgreSQL
+backends) and :mod:`~headwater.io.sinks.delta` (a Delta Lake table view, one MERGE
+per batch; the ``delta`` extra).
 """
 
 from __future__ import annotations

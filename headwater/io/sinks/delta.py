@@ -1,0 +1,231 @@
+"""A Delta Lake table equal to a result's table view, one MERGE per micro-batch.
+
+:class:`DeltaSink` is a ``sink(batch, batch_id)`` (``foreachBatch``) that
+keeps a Delta table at ``path`` equal to the table view of a changelog:
+
+* pane batches (a pipeline's panes, as for
+  :class:`~headwater.io.sinks.CurrentResultsSink`): one row per ``(key columns,
+  window_start, window_end)``; per window the batch's last row decides (rows
+  ordered by ``pane_index``, a pane before its retraction): a pane is upserted
+  (never over a later pane), a retraction deletes the window's row.
+  Accumulating or retracting panes only: discarding panes are refused.
+* SQL changelog batches (``EMIT STREAM`` rows: the query's columns, then
+  ``undo``, ``ptime``, ``ver``): with ``key=`` the last change per key decides
+  (an ``undo`` last deletes the key's row); without it the table holds the
+  relation as a multiset, one row per distinct row with its count ``__n``
+  (as :class:`~headwater.io.sinks.relation.RelationSink` does).
+
+Each batch is reduced in Arrow (vectorized) and applied as ONE Delta MERGE,
+one commit that also records the batch id as the Delta app transaction
+``(sink_id, batch_id)`` (Delta's ``txn`` action, the one Spark's Delta writer
+uses for ``txnAppId``/``txnVersion``). A batch id up to the recorded one is
+skipped, so a replayed batch changes nothing: not the rows, not the version.
+
+Written with ``deltalake`` (delta-rs, the ``delta`` extra): no JVM connector
+is needed, so it runs the same from the local runner and from Spark's
+``foreachBatch`` (the batch is collected to the driver as Arrow).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headwater.io.sinks.batches import _panes_only, _to_arrow
+from headwater.model.panes import Accumulation
+from headwater.model.schema import WINDOW_COLUMNS
+
+log = logging.getLogger(__name__)
+
+#: Changelog columns that describe the change, not the row.
+CHANGE_COLUMNS = ("undo", "ptime", "ver")
+ROW, COUNT, DELETE, POS = "__row", "__n", "__hw_delete", "__hw_pos"
+
+
+class DeltaSink:
+    """Keeps the Delta table at ``path`` equal to a changelog's table view.
+
+    ``key``: the result's key columns (for panes: the group key, the window
+    bounds are added; default: the columns before ``window_start``, or the
+    pipeline's key with ``aggregation=``; for a SQL changelog: the columns that
+    identify a row, default none: a multiset table). ``sink_id``: this writer's
+    Delta app id (default ``headwater:<path>``). ``storage_options``: passed to
+    ``deltalake`` (object stores).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        key: Sequence[str] | None = None,
+        aggregation: Any = None,
+        sink_id: str | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        if aggregation is not None:
+            strategy = aggregation.strategy
+            if strategy.accumulation == Accumulation.DISCARDING:
+                raise ValueError(
+                    "a Delta table view follows ACCUMULATING or RETRACTING panes: a "
+                    "discarding pane holds only what is new; use accumulation='retracting'"
+                )
+            if key is None:
+                key = aggregation.key_cols
+        self.key = None if key is None else tuple(key)
+        self.sink_id = sink_id or f"headwater:{self.path}"
+        self.storage_options = storage_options
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        self.write(batch, batch_id)
+
+    # -- the sink ---------------------------------------------------------------
+    def write(self, batch: Any, batch_id: int) -> bool:
+        """Apply one batch as one MERGE; False if empty or already applied."""
+        batch_id = int(batch_id)
+        last = self.last_batch_id()
+        if last is not None and batch_id <= last:
+            log.info("%r: batch %d already applied (last %d): skipped", self, batch_id, last)
+            return False
+        table = _to_arrow(_panes_only(batch))
+        if table.num_rows == 0:
+            return False
+        if "undo" in table.column_names:
+            staged, on, guard = self._changelog(table)
+        else:
+            staged, on, guard = self._panes(table), self._pane_key(table), "pane_index"
+        self._merge(staged, on, guard, batch_id)
+        return True
+
+    def _pane_key(self, table: pa.Table) -> tuple[str, ...]:
+        names = table.column_names
+        for c in (*WINDOW_COLUMNS, "pane_index"):
+            if c not in names:
+                raise ValueError(f"not a batch of panes: no {c!r} column (columns: {names})")
+        keys = self.key if self.key is not None else names[: names.index("window_start")]
+        return (*keys, *WINDOW_COLUMNS)
+
+    def _panes(self, table: pa.Table) -> pa.Table:
+        """One row per window: its last pane, or a delete if that is a retraction."""
+        key = self._pane_key(table)
+        if "is_retraction" in table.column_names:
+            retracting = pc.fill_null(table["is_retraction"], False)
+            table = table.drop_columns(["is_retraction"])
+        else:
+            retracting = pa.array(np.zeros(table.num_rows, dtype=bool))
+        table = table.append_column(DELETE, retracting)
+        order = pc.sort_indices(
+            table, sort_keys=[("pane_index", "ascending"), (DELETE, "ascending")]
+        )
+        return _last_per(table.take(order), key)
+
+    def _changelog(self, table: pa.Table) -> tuple[pa.Table, tuple[str, ...], str | None]:
+        """The batch's net change per key (``key=``) or per distinct row (multiset)."""
+        values = [c for c in table.column_names if c not in CHANGE_COLUMNS]
+        undo = pc.fill_null(table["undo"], False)
+        if self.key is not None:
+            missing = [k for k in self.key if k not in values]
+            if missing:
+                raise ValueError(f"key columns {missing} not in the changelog ({values})")
+            rows = table.select(values).append_column(DELETE, undo)
+            return _last_per(rows, self.key), self.key, None
+        frame = table.select(values).to_pandas()
+        frame[ROW] = pd.util.hash_pandas_object(frame, index=False).to_numpy().view(np.int64)
+        frame[COUNT] = np.where(undo.to_numpy(zero_copy_only=False), -1, 1)
+        net = frame.groupby(ROW, sort=False, dropna=False).agg(
+            {**{v: "first" for v in values}, COUNT: "sum"}
+        )
+        net = net[net[COUNT] != 0].reset_index()[[ROW, *values, COUNT]]
+        net[DELETE] = False
+        return pa.Table.from_pandas(net, preserve_index=False), (ROW,), COUNT
+
+    # -- Delta --------------------------------------------------------------------
+    def _table(self):
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.path, storage_options=self.storage_options):
+            return None
+        return DeltaTable(self.path, storage_options=self.storage_options)
+
+    def _merge(self, staged: pa.Table, on: Sequence[str], guard: str | None, batch_id: int):
+        from deltalake import CommitProperties, DeltaTable, Transaction
+
+        staged = _micros(staged)
+        columns = [c for c in staged.column_names if c != DELETE]
+        dt = self._table()
+        if dt is None:
+            schema = staged.select(columns).schema
+            dt = DeltaTable.create(self.path, schema=schema, storage_options=self.storage_options)
+        commit = CommitProperties(app_transactions=[Transaction(self.sink_id, batch_id)])
+        predicate = " AND ".join(f"(t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)})" for k in on)
+        merger = dt.merge(
+            staged, predicate, source_alias="s", target_alias="t", commit_properties=commit
+        )
+        gone = f"(s.{_q(DELETE)})"
+        if guard == COUNT:  # multiset: add the net count, drop rows whose count fell to 0
+            total = f"t.{_q(COUNT)} + s.{_q(COUNT)}"
+            merger = merger.when_matched_delete(f"({total}) <= 0").when_matched_update(
+                {COUNT: total}
+            )
+            merger = merger.when_not_matched_insert({c: f"s.{_q(c)}" for c in columns})
+        else:
+            later = "" if guard is None else f" AND (s.{_q(guard)} >= t.{_q(guard)})"
+            merger = merger.when_matched_delete(gone + later).when_matched_update(
+                {c: f"s.{_q(c)}" for c in columns}, predicate=f"(NOT {gone}){later}"
+            )
+            merger = merger.when_not_matched_insert(
+                {c: f"s.{_q(c)}" for c in columns}, predicate=f"(NOT {gone})"
+            )
+        merger.execute()
+
+    # -- reading ------------------------------------------------------------------
+    def last_batch_id(self) -> int | None:
+        """The last batch id applied (the Delta app transaction of ``sink_id``)."""
+        dt = self._table()
+        return None if dt is None else dt.transaction_version(self.sink_id)
+
+    def version(self) -> int | None:
+        dt = self._table()
+        return None if dt is None else dt.version()
+
+    def read(self) -> pd.DataFrame:
+        """The table view (a multiset table's rows repeated ``__n`` times)."""
+        dt = self._table()
+        if dt is None:
+            return pd.DataFrame()
+        frame = dt.to_pyarrow_table().to_pandas()
+        if ROW in frame.columns:
+            frame = frame.loc[frame.index.repeat(frame[COUNT].to_numpy(np.int64))]
+            frame = frame.drop(columns=[ROW, COUNT]).reset_index(drop=True)
+        return frame
+
+    def __repr__(self) -> str:
+        return f"DeltaSink({self.path!r}, key={self.key!r})"
+
+
+def _last_per(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The last row of each key (table order), in Arrow."""
+    table = table.append_column(POS, pa.array(np.arange(table.num_rows)))
+    grouped = table.group_by(list(key), use_threads=False).aggregate([(POS, "max")])
+    return table.take(grouped[f"{POS}_max"]).drop_columns([POS])
+
+
+def _micros(table: pa.Table) -> pa.Table:
+    """Timestamps in microseconds, Delta's unit (nanoseconds need a reader feature
+    few readers have); whole microseconds are exact, a finer time is refused."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            to = pa.timestamp("us", tz=field.type.tz)
+            table = table.set_column(i, field.name, table[i].cast(to, safe=True))
+    return table
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,48 @@
+"""Delta Lake sink tables in SQL scripts, declared with a connector option::
+
+    CREATE TABLE Winners (window_start TIMESTAMP, window_end TIMESTAMP, item VARCHAR)
+      WITH ('connector' = 'delta', 'path' = '/data/winners',
+            'key.fields' = 'window_start;window_end');
+    INSERT INTO Winners SELECT ...;
+
+keeps the Delta table at ``'path'`` equal to the query's table view
+(:class:`~headwater.io.sinks.delta.DeltaSink`: one MERGE per batch, replays
+change nothing). ``'key.fields'`` (``;``-separated, as Flink's) names the
+columns that identify a result row: the last change per key decides; without
+it the table holds the relation as a multiset (a row count ``__n`` per
+distinct row). Options other than :data:`SINK_OPTIONS` are an error naming
+the option.
+"""
+
+from __future__ import annotations
+
+from headwater.io.sinks.delta import DeltaSink
+from headwater.sql.ddl import SourceDef
+from headwater.sql.errors import SqlError
+
+SINK_OPTIONS = frozenset({"connector", "path", "key.fields"})
+
+
+def is_delta(d: SourceDef) -> bool:
+    return d.options.get("connector", "").lower() == "delta"
+
+
+def delta_sink(d: SourceDef) -> DeltaSink:
+    """The Delta sink a ``'connector' = 'delta'`` table declares."""
+    unknown = sorted(k for k in d.options if k not in SINK_OPTIONS)
+    if unknown:
+        raise SqlError(
+            f"Delta sink {d.name!r}: unknown option {unknown[0]!r}",
+            d.line,
+            None,
+            f"Use only {', '.join(sorted(SINK_OPTIONS))}",
+        )
+    if d.event_time is not None:
+        raise SqlError(f"Delta table {d.name!r} is a sink: it takes no WATERMARK FOR", d.line)
+    if "path" not in d.options:
+        raise SqlError(f"Delta sink {d.name!r} has no 'path'", d.line, None, "Add 'path' = ...")
+    keys = [k.strip() for k in d.options.get("key.fields", "").split(";") if k.strip()]
+    return DeltaSink(d.options["path"], key=keys or None, sink_id=f"headwater:{d.name}")
+
+
+__all__ = ["SINK_OPTIONS", "delta_sink", "is_delta"]
