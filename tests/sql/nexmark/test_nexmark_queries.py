@@ -52,7 +52,14 @@ _PER_INSTANT = (
     "ROW_NUMBER() over a stream without a window is evaluated per event time (each instant's "
     "rows alone), so every row ranks 1; Flink ranks over all the rows so far"
 )
+_PER_DAY = (
+    "GROUP BY DATE_FORMAT(dateTime, ...) over a stream is evaluated per event time (each "
+    "instant's rows alone): one row per bid instant, not one per day as in Flink"
+)
 DIVERGES = {
+    "q15": _PER_DAY,
+    "q16": _PER_DAY,
+    "q17": _PER_DAY,
     "q18": _PER_INSTANT,
     "q19": _PER_INSTANT,
     "q21": "REGEXP_EXTRACT(s, p, 2) reads 2 as a start position (DuckDB: SUBSTRING(s, 2)), "
