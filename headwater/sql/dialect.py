@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 import typing as t
 
+import sqlglot
 from sqlglot import exp, generator
 from sqlglot.dialects.dialect import Dialect, build_regexp_extract
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from headwater.sql.ddl import SourceDef, interval_ms, interval_sql, source_def
 from headwater.sql.errors import SqlError, position, token_position
@@ -100,7 +101,10 @@ _EMIT_HINT = (
     "EMIT [STREAM] AFTER DELAY INTERVAL '1' MINUTE AND AFTER WATERMARK; "
     "EMIT comes last, after ORDER BY and LIMIT"
 )
-_SCRIPT_HINT = "A script holds SELECT queries, CREATE TABLE and INSERT INTO ... SELECT"
+_SCRIPT_HINT = (
+    "A script holds SELECT queries, CREATE TABLE, CREATE VIEW ... AS SELECT "
+    "and INSERT INTO ... SELECT"
+)
 
 
 class _TvfArg(t.NamedTuple):
@@ -253,6 +257,74 @@ def _window_tvf(kind: str, flink: bool, call: Token, args: list[_TvfArg]) -> Win
     return WindowTVF(kind=kind, flink=flink, **values)
 
 
+#: Java date-pattern letters (Flink's DATE_FORMAT) as strftime directives, which
+#: sqlglot writes as DuckDB's strftime and back as Spark's date_format pattern.
+_JAVA_DATE_LETTERS = {
+    "yyyy": "%Y",
+    "yy": "%y",
+    "MM": "%m",
+    "dd": "%d",
+    "HH": "%H",
+    "mm": "%M",
+    "ss": "%S",
+}
+
+
+def _strftime(pattern: exp.Expr) -> exp.Literal:
+    """A literal Java date pattern (``'yyyy-MM-dd'``) as a strftime format."""
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise SqlError(
+            "DATE_FORMAT's pattern must be a string literal",
+            *position(pattern),
+            "Write e.g. DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm:ss')",
+        )
+    text = ""
+    for run in re.finditer(r"([A-Za-z])\1*|[^A-Za-z]+", pattern.name):
+        piece = run.group()
+        if piece[0].isalpha() and piece not in _JAVA_DATE_LETTERS:
+            known = ", ".join(_JAVA_DATE_LETTERS)
+            raise SqlError(
+                f"DATE_FORMAT's pattern {piece!r} is not supported",
+                *position(pattern),
+                f"The pattern letters read are {known}",
+            )
+        text += _JAVA_DATE_LETTERS.get(piece, piece.replace("%", "%%"))
+    return exp.Literal.string(text)
+
+
+def _date_format(args: list[exp.Expr]) -> exp.Expr:
+    """Flink's ``DATE_FORMAT(ts, 'yyyy-MM-dd')``: a timestamp as text by a Java pattern."""
+    if len(args) != 2:
+        raise SqlError(
+            "DATE_FORMAT takes a timestamp and a pattern",
+            *position(args[0]) if args else (None, None),
+            "Write e.g. DATE_FORMAT(ts, 'yyyy-MM-dd')",
+        )
+    return exp.TimeToStr(this=args[0], format=_strftime(args[1]))
+
+
+#: Flink's SPLIT_INDEX(s, sep, i): the 0-based i-th part, NULL past the last part
+#: (DuckDB's and Spark's SPLIT_PART are 1-based and give '' there).
+_SPLIT_INDEX = sqlglot.parse_one(
+    "CASE WHEN :i >= 0 AND :i < (LENGTH(:s) - LENGTH(REPLACE(:s, :sep, ''))) / LENGTH(:sep) + 1 "
+    "THEN SPLIT_PART(:s, :sep, :i + 1) END"
+)
+
+
+def _split_index(args: list[exp.Expr]) -> exp.Expr:
+    """Flink's ``SPLIT_INDEX(s, sep, index)`` as SPLIT_PART, which both engines have."""
+    if len(args) != 3:
+        raise SqlError(
+            "SPLIT_INDEX takes a string, a separator and a 0-based index",
+            *position(args[0]) if args else (None, None),
+            "Write e.g. SPLIT_INDEX(url, '/', 3)",
+        )
+    values = dict(zip(("s", "sep", "i"), args, strict=True))
+    return _SPLIT_INDEX.transform(
+        lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
+    )
+
+
 class HeadwaterParser(BaseParser):
     """sqlglot's default parser, plus windowing TVFs, EMIT and WATERMARK FOR."""
 
@@ -263,6 +335,8 @@ class HeadwaterParser(BaseParser):
     FUNCTIONS = {
         **BaseParser.FUNCTIONS,
         "REGEXP_EXTRACT": build_regexp_extract(exp.RegexpExtract),
+        "DATE_FORMAT": _date_format,
+        "SPLIT_INDEX": _split_index,
     }
 
     FUNCTION_PARSERS = {
@@ -499,9 +573,16 @@ class HeadwaterGenerator(generator.Generator):
         return [*super().after_limit_modifiers(expression), self.sql(expression, "emit")]
 
 
+class HeadwaterTokenizer(Tokenizer):
+    """sqlglot's tokenizer; an identifier is quoted "like this" or, as in Flink, `like this`."""
+
+    IDENTIFIERS = ['"', "`"]
+
+
 class Headwater(Dialect):
     """The dialect: ``sqlglot.parse(text, read=Headwater)``, ``node.sql(dialect=Headwater)``."""
 
+    Tokenizer = HeadwaterTokenizer
     Parser = HeadwaterParser
     Generator = HeadwaterGenerator
 
@@ -576,7 +657,12 @@ def _check_statement(statement: exp.Expr) -> None:
     """Only what headwater runs; a windowing TVF only where a table goes."""
     query = statement.expression if isinstance(statement, exp.Insert) else statement
     create_table = isinstance(statement, exp.Create) and statement.kind == "TABLE"
-    if not (create_table or isinstance(query, exp.Query)):
+    create_view = (
+        isinstance(statement, exp.Create)
+        and statement.kind == "VIEW"
+        and isinstance(statement.expression, exp.Query)
+    )
+    if not (create_table or create_view or isinstance(query, exp.Query)):
         kind = statement.this if isinstance(statement, exp.Command) else statement.key.upper()
         raise SqlError(
             f"headwater does not run {kind} statements",

@@ -1,6 +1,8 @@
 """SQL scripts: ``CREATE TABLE`` sources and sinks, queries, ``INSERT INTO``.
 
-A script declares its tables, then runs queries::
+A script declares its tables (and views: ``CREATE VIEW v AS SELECT ...`` names a
+query, expanded as a subquery where a later statement reads ``v``), then runs
+queries::
 
     CREATE TABLE Bid (bidtime TIMESTAMP, price DOUBLE, item VARCHAR,
                       WATERMARK FOR bidtime AS bidtime - INTERVAL '5' SECOND)
@@ -56,7 +58,12 @@ def run_script(
     """Run a script's statements in order; yields the result of each plain query."""
     tables = dict(tables or {})
     sinks: dict[str, Any] = {}
+    views: dict[str, exp.Query] = {}
     for statement in parse(text):
+        statement = with_views(statement, views)
+        if isinstance(statement, exp.Create) and statement.kind == "VIEW":
+            views[statement.this.name.lower()] = statement.expression
+            continue
         if isinstance(statement, exp.Create):
             d = source_def(statement)
             if is_sink(d):
@@ -81,6 +88,21 @@ def run_script(
         yield query.to_pandas(options.get("as_of"))
         if dead_letters is not None:
             query.write_dead_letters(dead_letters(query.plan.name), options.get("as_of"))
+
+
+def with_views(statement: exp.Expr, views: Mapping[str, exp.Query]) -> exp.Expr:
+    """``statement`` with each table that names a view (``CREATE VIEW v AS SELECT ...``)
+    replaced by the view's query as a subquery of that name, as Flink expands views."""
+    if not views:
+        return statement
+
+    def expand(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Table) or node.db or node.name.lower() not in views:
+            return node
+        alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
+        return exp.Subquery(this=views[node.name.lower()].copy(), alias=alias.copy())
+
+    return statement.transform(expand)
 
 
 def _source(d: SourceDef, runner: str, options: dict) -> Table:
