@@ -472,6 +472,7 @@ def _api_query(spark, path: str, checkpoint: str, panes_sink, dead_letter_sink) 
             panes_sink=panes_sink,
             dead_letter_sink=dead_letter_sink,
             trigger={"availableNow": True},
+            end_of_input=False,  # a timeline restarted part by part on one checkpoint
             num_shards=NUM_SHARDS,
         )
     )

@@ -263,9 +263,14 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
             trigger={"availableNow": True},
             lift=not args.no_lift,
             num_shards=args.shards,
+            end_of_input=False,
         )
     else:
-        stream = query.start(checkpoint_location=ckpt, trigger={"availableNow": True})
+        # Spark's own query never closes the last windows of a bounded stream; so
+        # that both emit the same rows, headwater's run does not end its input here.
+        stream = query.start(
+            checkpoint_location=ckpt, trigger={"availableNow": True}, end_of_input=False
+        )
     out = _run(stream)
     out["planning_s"] = planning
     out["fast_path"] = type(sql).__name__ == "AggregatePlan"

@@ -212,6 +212,7 @@ def _check_option(prop: exp.Property, key: str, value: str) -> None:
 def _options(create: exp.Create) -> dict[str, str]:
     """WITH ('key' = 'value', ...), keys lower-case; an unquoted FORMAT = reads the same."""
     options: dict[str, str] = {}
+    checked: list[tuple[exp.Property, str]] = []
     properties = create.args.get("properties")
     for prop in properties.expressions if properties else []:
         if isinstance(prop, exp.FileFormatProperty):
@@ -220,11 +221,15 @@ def _options(create: exp.Create) -> dict[str, str]:
             value = prop.args["value"]
             key = prop.name.lower()
             options[key] = value.name if value.is_string else value.sql()
-            _check_option(prop, key, options[key])
+            checked.append((prop, key))
         else:
             raise SqlError(
                 f"unsupported table option {prop.sql()}",
                 *position(prop),
                 "Write WITH ('path' = '...', 'format' = 'parquet')",
             )
+    # A connector's table (Kafka, Delta) is checked by its own module's options.
+    if "connector" not in options:
+        for prop, key in checked:
+            _check_option(prop, key, options[key])
     return options

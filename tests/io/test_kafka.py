@@ -274,6 +274,7 @@ def test_spark_reads_the_topic_and_writes_upserts(spark, bootstrap, tmp_path):
             panes_sink=sinks,
             dead_letter_sink=lambda b, i: got.__setitem__(("d", i), b.toPandas()),
             trigger={"availableNow": True},
+            end_of_input=False,  # an incremental job: the topic grows between runs
         )
         query.awaitTermination(300)
         assert query.exception() is None, query.exception()

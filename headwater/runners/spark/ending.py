@@ -50,6 +50,7 @@ class BoundedQuery:
         self._end = end
         self._stopped = False
         self._ending = False
+        self._earlier: list[Any] = []  # the runs before the current one
         self.query = start()
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
@@ -57,6 +58,7 @@ class BoundedQuery:
         if done and not self._ending and not self._stopped and self.query.exception() is None:
             self._ending = True
             self._end.send()
+            self._earlier.append(self.query)
             self.query = self._start()
             done = self._wait(timeout)
         if done and self._ending:
@@ -68,6 +70,11 @@ class BoundedQuery:
             self.query.awaitTermination()
             return True
         return bool(self.query.awaitTermination(timeout))
+
+    @property
+    def recentProgress(self) -> list:  # noqa: N802 (StreamingQuery's name)
+        """The progress of every run, the input's and the ending one's, in order."""
+        return [p for q in (*self._earlier, self.query) for p in q.recentProgress]
 
     def stop(self) -> None:
         """Stop the current run; a stopped query does not end its input."""

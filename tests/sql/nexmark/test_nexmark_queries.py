@@ -34,12 +34,6 @@ _SELF_JOIN = "a join of streams without a windowing table function (per event ti
 _UNWINDOWED = "a GROUP BY of a stream without a window (Flink keeps updating it)"
 #: query -> (headwater's SqlError message, why): what headwater refuses today.
 REFUSED = {
-    "q3": ("a second reference to a stream", _SELF_JOIN),
-    "q4": ("GROUP BY over an unbounded input needs an event-time key", _UNWINDOWED),
-    "q5": ("GROUP BY over an unbounded input needs an event-time key", _UNWINDOWED),
-    "q6": ("a second reference to a stream", _SELF_JOIN),
-    "q7": ("stream B is read without a window", "a join bounded by window_end - 10 s"),
-    "q9": ("a second reference to a stream", _SELF_JOIN),
     "q11": ("SESSION is missing its gap argument", "GROUP BY SESSION(...): legacy group window"),
     "q12": (
         "a windowing table function over a subquery is not supported yet",
@@ -47,8 +41,18 @@ REFUSED = {
     ),
     "q13": ('syntax error at or near "FOR"', "FOR SYSTEM_TIME AS OF (a lookup join)"),
     "q14": ("headwater does not run CREATE statements", "CREATE FUNCTION (a Java UDF)"),
-    "q20": ("a second reference to a stream", _SELF_JOIN),
-    "q23": ("a second reference to a stream", _SELF_JOIN),
+}
+#: query -> (the error, why): queries that run since the maintenance keys (sql/keys.py)
+#: but are not yet checked against a DuckDB reference (none written yet, or the
+#: comparison itself fails); each flips to a failure once it is checked.
+UNCHECKED = {
+    "q4": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),
+    "q5": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),
+    "q7": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),
+    "q9": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),
+    "q23": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),
+    "q6": (AssertionError, "runs; DuckDB cannot bind it as the test feeds it (table A)"),
+    "q20": (ValueError, "runs; its result has two dateTime columns, which the comparison rejects"),
 }
 #: query -> the divergence from Flink's meaning of a query headwater runs.
 _PER_INSTANT = (
@@ -60,11 +64,7 @@ _PER_DAY = (
     "instant's rows alone): one row per bid instant, not one per day as in Flink"
 )
 DIVERGES = {
-    "q15": _PER_DAY,
-    "q16": _PER_DAY,
     "q17": _PER_DAY,
-    "q18": _PER_INSTANT,
-    "q19": _PER_INSTANT,
     "q21": "REGEXP_EXTRACT(s, p, 2) reads 2 as a start position (DuckDB: SUBSTRING(s, 2)), "
     "not Flink's group index, and yields '' where Flink yields NULL (no match)",
 }
@@ -127,6 +127,10 @@ def _param(name: str):
     if name in REFUSED:
         message, why = REFUSED[name]
         mark = pytest.mark.xfail(strict=True, raises=SqlError, reason=f"{why}: {message}")
+        return pytest.param(name, marks=mark, id=name)
+    if name in UNCHECKED:
+        error, why = UNCHECKED[name]
+        mark = pytest.mark.xfail(strict=True, raises=error, reason=why)
         return pytest.param(name, marks=mark, id=name)
     if name in DIVERGES:
         mark = pytest.mark.xfail(strict=True, raises=AssertionError, reason=DIVERGES[name])
@@ -207,4 +211,5 @@ def test_query(name, stream, tmp_path):
 def test_every_query_is_classified():
     assert sorted(QUERIES.glob("q*.sql")) == sorted(QUERIES / f"{n}.sql" for n in NAMES)
     for name in NAMES:
-        assert name in REFERENCE or name in REFUSED, f"{name}: no reference and not refused"
+        known = name in REFERENCE or name in REFUSED or name in UNCHECKED
+        assert known, f"{name}: no reference, not refused, not listed as unchecked"
