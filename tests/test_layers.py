@@ -237,3 +237,24 @@ def test_no_import_cycles():
 )
 def test_cycle_finder(graph, expected):
     assert _cycles(graph) == expected
+
+
+def _private_imports(path: Path) -> list[str]:
+    """``from headwater.x import _name``: a private name reached from another module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [
+        f"line {node.lineno}: from {node.module} import {alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("headwater")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+def test_no_private_names_across_modules():
+    """A name with a leading underscore belongs to its module: another module that
+    needs it wants a public, documented name instead."""
+    tests = PACKAGE.parent / "tests"
+    paths = [*SOURCES.values(), *sorted(tests.rglob("*.py"))]
+    bad = [f"{p.relative_to(PACKAGE.parent)} {hit}" for p in paths for hit in _private_imports(p)]
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)

@@ -65,11 +65,11 @@ from typing import Any
 
 from headwater.bench import HelpFormatter
 from headwater.bench.streaming import (
-    _run,
-    _session,
-    _stream,
+    bench_session,
+    file_stream,
     generate,
     measure,
+    run_query,
     summary,
     with_ratios,
 )
@@ -222,7 +222,7 @@ def bench_bounded(spark, src: str, args) -> dict[str, Any]:
 
 def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
     start = time.perf_counter()
-    df = _stream(spark, src, args.files_per_trigger)
+    df = file_stream(spark, src, args.files_per_trigger)
     agg = _native_frame(
         spark, df.withWatermark("et", f"{int(round(args.delay * 1000))} milliseconds"), args
     )
@@ -234,7 +234,7 @@ def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
         .trigger(availableNow=True)
         .start()
     )
-    return {**_run(query), "planning_s": planning}
+    return {**run_query(query), "planning_s": planning}
 
 
 def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
@@ -247,7 +247,7 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
     start = time.perf_counter()
     table = Table(
         "Events",
-        spark=_stream(spark, src, args.files_per_trigger),
+        spark=file_stream(spark, src, args.files_per_trigger),
         event_time="et",
         watermark=BoundedOutOfOrderness(int(round(args.delay * 1000))),
     )
@@ -271,7 +271,7 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
         stream = query.start(
             checkpoint_location=ckpt, trigger={"availableNow": True}, end_of_input=False
         )
-    out = _run(stream)
+    out = run_query(stream)
     out["planning_s"] = planning
     out["fast_path"] = type(sql).__name__ == "AggregatePlan"
     return out
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     key_counts = [int(k) for k in str(args.keys).split(",") if k.strip()]
     work = args.workdir or tempfile.mkdtemp(prefix="headwater-bench-sql-")
     try:
-        spark = _session(args.partitions, False, args.arrow_batch)
+        spark = bench_session(args.partitions, False, args.arrow_batch)
         spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
         report: dict[str, Any] = {
             "query": query_text(args),

@@ -186,7 +186,7 @@ def generate(
         json.dump(params, f)
 
 
-def _session(partitions: int, changelog: bool = False, arrow_batch: int = 10_000):
+def bench_session(partitions: int, changelog: bool = False, arrow_batch: int = 10_000):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -216,7 +216,7 @@ def _session(partitions: int, changelog: bool = False, arrow_batch: int = 10_000
     return spark
 
 
-def _stream(spark, src: str, files_per_trigger: int):
+def file_stream(spark, src: str, files_per_trigger: int):
     return (
         spark.readStream.schema("key string, et timestamp, value long")
         .option("maxFilesPerTrigger", files_per_trigger)
@@ -224,7 +224,7 @@ def _stream(spark, src: str, files_per_trigger: int):
     )
 
 
-def _run(query) -> dict[str, Any]:
+def run_query(query) -> dict[str, Any]:
     start = time.perf_counter()
     query.awaitTermination()
     elapsed = time.perf_counter() - start
@@ -266,7 +266,7 @@ def _run(query) -> dict[str, Any]:
 def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    df = _stream(spark, src, args.files_per_trigger)
+    df = file_stream(spark, src, args.files_per_trigger)
     agg = (
         df.withWatermark("et", f"{int(args.delay * 1000)} milliseconds")
         .groupBy("key", F.window("et", f"{int(args.window * 1000)} milliseconds"))
@@ -279,7 +279,7 @@ def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
         .trigger(availableNow=True)
         .start()
     )
-    return _run(query)
+    return run_query(query)
 
 
 def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
@@ -289,7 +289,7 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
     from headwater.model.windows import FixedWindows
     from headwater.runners.spark.streaming import observe_counts, run_streaming
 
-    df = _stream(spark, src, args.files_per_trigger)
+    df = file_stream(spark, src, args.files_per_trigger)
     out = run_streaming(
         df,
         key_cols="key",
@@ -308,7 +308,7 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
         .trigger(availableNow=True)
         .start()
     )
-    return _run(query)
+    return run_query(query)
 
 
 def bench_one(spark, work: str, keys: int, args) -> dict[str, Any]:
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     key_counts = [int(k) for k in str(args.keys).split(",") if k.strip()]
     work = args.workdir or tempfile.mkdtemp(prefix="headwater-bench-")
     try:
-        spark = _session(args.partitions, args.changelog, args.arrow_batch)
+        spark = bench_session(args.partitions, args.changelog, args.arrow_batch)
         report: dict[str, Any] = {
             "rows": args.rows,
             "window_s": args.window,

@@ -187,7 +187,7 @@ class _QualityTracker(SlackTracker):
         super().__init__(strategy, state)
         state = state or {}
         self.counts = _WindowCounts(strategy, state.get("counts"))
-        self.pd = _PD(strategy.kp, strategy.kd, strategy.lambda_thr, strategy.alpha0)
+        self.pd = SlackController(strategy.kp, strategy.kd, strategy.lambda_thr, strategy.alpha0)
         self.pd.alpha = float(state.get("alpha", self.pd.alpha))
         self.pd.err = float(state.get("err", 0.0))
 
@@ -311,7 +311,7 @@ class _WindowCounts:
         return out
 
 
-class _PD:
+class SlackController:
     """alpha <- alpha + kp * err(i) + kd * (err(i) - err(i-1)), err = lambda_thr - lambda_i,
     alpha kept in [0, 1]."""
 

@@ -60,7 +60,7 @@ class Materializer:
         fired = fired[group].drop_duplicates()
         new = results[self._keys]
         last = new.iloc[:0] if self.last is None else self.last
-        is_fired = _member(last[group], fired)
+        is_fired = member_of(last[group], fired)
         old = last[is_fired]
         both = _numbered(old, self._keys).merge(
             _numbered(new, self._keys), how="outer", on=[*self._keys, _SEQ], indicator=True
@@ -94,7 +94,7 @@ class Materializer:
         change["ver"] = offset + change.groupby(group, sort=False, dropna=False).cumcount()
         counts = change.groupby(group, sort=False, dropna=False)["ver"].max().reset_index()
         counts["ver"] += 1
-        rest = self.versions[~_member(self.versions[group], counts[group])]
+        rest = self.versions[~member_of(self.versions[group], counts[group])]
         self.versions = pd.concat([rest, counts], ignore_index=True) if len(rest) else counts
         return change[[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS]]
 
@@ -110,7 +110,7 @@ def in_order(changes: pd.DataFrame) -> pd.DataFrame:
     return changes.sort_values(keys, ascending=ascending, kind="stable").reset_index(drop=True)
 
 
-def _member(frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
+def member_of(frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
     """Whether each row of ``frame`` appears among the rows of ``keys`` (same columns)."""
     if not len(frame) or not len(keys):
         return np.zeros(len(frame), dtype=bool)

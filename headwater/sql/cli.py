@@ -28,7 +28,7 @@ from headwater.sql.errors import SqlError
 from headwater.sql.replay import millis, read_replay
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="headwater sql",
         description="Run streaming SQL over recorded streams (replay files) or tables.",
@@ -153,7 +153,7 @@ def _iso(value) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         as_of = None if args.as_of is None else millis(args.as_of, "--as-of")
         if args.file:

@@ -38,7 +38,7 @@ from headwater.model.schema import DropReason
 from headwater.model.time import MIN_TIMESTAMP, to_millis
 from headwater.model.windows import Sessions
 from headwater.sql.catalog import GAMMA_MS, PTIME, Corrections, Table, event_millis
-from headwater.sql.changelog import GROUP_COLUMNS, Materializer, _member, in_order
+from headwater.sql.changelog import GROUP_COLUMNS, Materializer, in_order, member_of
 from headwater.sql.ddl import SourceDef
 from headwater.sql.emit import Materialization
 from headwater.sql.errors import SqlError
@@ -114,10 +114,10 @@ def correct(plan: QueryPlan, run: SqlRun, as_of: int | None) -> SqlRun:
             continue
         windows = chunk[_WINDOW].drop_duplicates()
         # Closed windows: the stream module's later changes to them are left out.
-        after = _member(kept[_WINDOW], windows) & (kept["ptime"].to_numpy(np.int64) > t)
+        after = member_of(kept[_WINDOW], windows) & (kept["ptime"].to_numpy(np.int64) > t)
         kept = kept[~after]
         before = _concat([kept, *fixes])
-        before = before[_member(before[_WINDOW], windows)]
+        before = before[member_of(before[_WINDOW], windows)]
         fresh = _recompute(plan, roots, windows, t)
         fixes.append(_diff(before, fresh, run.columns, t))
     changelog = in_order(_concat([kept, *fixes]))
@@ -231,7 +231,7 @@ def _recompute(plan: QueryPlan, roots: list[Path], windows: pd.DataFrame, t: int
     )
     bounded = replace(plan, streams=streams, emit=Materialization(stream=True))
     log = run_stream(bounded).changelog
-    return log[_member(log[_WINDOW], windows)]
+    return log[member_of(log[_WINDOW], windows)]
 
 
 def _diff(before: pd.DataFrame, fresh: pd.DataFrame, columns: list[str], t: int) -> pd.DataFrame:

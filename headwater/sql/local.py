@@ -70,7 +70,7 @@ class SqlRun:
         return table_view(self.changelog, self.columns, as_of)
 
 
-def _columns_of(plan: QueryPlan):
+def columns_of(plan: QueryPlan):
     columns = {t.name.lower(): t.columns for t in (*plan.streams, *plan.tables)}
     return lambda name: columns[name.lower()]
 
@@ -164,7 +164,7 @@ def validate(plan: QueryPlan) -> None:
     anything runs."""
     check_names(plan)
     con = _empty_tables(plan)
-    text = to_engine_sql(plan.query, "duckdb", _columns_of(plan))
+    text = to_engine_sql(plan.query, "duckdb", columns_of(plan))
     try:
         con.sql(text).limit(0).fetchall()
     except duckdb.Error as exc:
@@ -220,7 +220,7 @@ def run_bounded(plan: QueryPlan) -> pd.DataFrame:
     con = duckdb.connect()
     for name, frame in bounded_frames(plan)[0].items():
         con.register(name, frame)
-    text = to_engine_sql(plan.query, "duckdb", _columns_of(plan))
+    text = to_engine_sql(plan.query, "duckdb", columns_of(plan))
     try:
         return sql_typed(con.sql(text)).df()
     except duckdb.Error as exc:
@@ -279,7 +279,7 @@ def group_sql(plan: QueryPlan) -> str:
     """The DuckDB text the general path evaluates per group: windowing TVFs bound to
     the group's window, or computed over the group's rows (keyed groups)."""
     mode = "group" if plan.group_mode else "compute"
-    return to_engine_sql(plan.group_query, "duckdb", _columns_of(plan), mode=mode)
+    return to_engine_sql(plan.group_query, "duckdb", columns_of(plan), mode=mode)
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:

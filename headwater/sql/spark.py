@@ -49,7 +49,7 @@ from headwater.sql.local import (
     NULL_KEY,
     SqlPlan,
     SqlRun,
-    _columns_of,
+    columns_of,
     compile_sql,
     event_times,
     is_keyed,
@@ -147,7 +147,7 @@ class SparkSqlQuery(SqlQuery):
             frame.createOrReplaceTempView(table.name)
         from pyspark.errors import AnalysisException
 
-        text = to_engine_sql(self.plan.query, "spark", _columns_of(self.plan))
+        text = to_engine_sql(self.plan.query, "spark", columns_of(self.plan))
         try:
             return self.spark.sql(text)
         except AnalysisException as exc:

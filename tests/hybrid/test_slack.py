@@ -11,10 +11,10 @@ import headwater as hw
 from headwater.model.plan import PlanError
 from headwater.model.quality import QualityRequirement
 from headwater.model.slack import (
-    _PD,
     FixedSlack,
     MaxDelaySlack,
     QualityDriven,
+    SlackController,
     slack_trace,
 )
 
@@ -47,7 +47,7 @@ def test_traces_match_a_per_tuple_reference(strategy, slack_of):
 
 
 def test_pd_controller_formula():
-    pd_ = _PD(kp=0.2, kd=4.0, target=0.98, alpha0=0.5)
+    pd_ = SlackController(kp=0.2, kd=4.0, target=0.98, alpha0=0.5)
     pd_.update(1.0)  # err -0.02: 0.5 + 0.2 * -0.02 + 4 * (-0.02 - 0)
     assert pd_.alpha == pytest.approx(0.5 - 0.004 - 0.08)
     pd_.update(0.9)  # err 0.08: + 0.2 * 0.08 + 4 * (0.08 + 0.02)

@@ -230,12 +230,12 @@ def test_links_within_the_page_resolve() -> None:
 
 
 def test_every_flag_is_documented() -> None:
-    from headwater.sql.cli import _parser
+    from headwater.sql.cli import parser
 
     text = DOC.read_text(encoding="utf-8")
     flags = [
         option
-        for action in _parser()._actions
+        for action in parser()._actions
         for option in action.option_strings
         if option not in ("-h", "--help")
     ]

@@ -164,10 +164,10 @@ def bounded(query: str, tables: dict, as_of: int | None, dropped=None) -> pd.Dat
             frame = frame.merge(marked, how="left", on=keys)
             frame = frame[frame["__late"].isna()].drop(columns="__late")
         con.register(name, frame.drop(columns=[PTIME]))
-    from headwater.sql.local import _columns_of
+    from headwater.sql.local import columns_of
     from headwater.sql.translate import to_engine_sql
 
-    return con.sql(to_engine_sql(plan.query, "duckdb", _columns_of(plan))).df()
+    return con.sql(to_engine_sql(plan.query, "duckdb", columns_of(plan))).df()
 
 
 @pytest.mark.parametrize("name", list(QUERIES))

@@ -17,21 +17,21 @@ import pyarrow.compute as pc
 Sink = Callable[[Any, int], None]
 
 
-def _is_spark(df: Any) -> bool:
+def is_spark(df: Any) -> bool:
     return type(df).__module__.startswith("pyspark.") and hasattr(df, "sparkSession")
 
 
-def _columns(df: Any) -> list[str]:
+def column_names(df: Any) -> list[str]:
     if isinstance(df, pa.Table):
         return list(df.column_names)
     return list(df.columns)
 
 
-def _panes_only(df: Any) -> Any:
+def panes_only(df: Any) -> Any:
     """The pane rows of a batch (drops the runner's ``kind``/``dropped`` columns)."""
-    if "kind" not in _columns(df):
+    if "kind" not in column_names(df):
         return df
-    if _is_spark(df):
+    if is_spark(df):
         from pyspark.sql import functions as F
 
         return df.where(F.col("kind") == "pane").drop("kind", "dropped")
@@ -42,13 +42,13 @@ def _panes_only(df: Any) -> Any:
     return out.drop(columns=[c for c in ("kind", "dropped") if c in out.columns])
 
 
-def _to_arrow(df: Any) -> pa.Table:
+def to_arrow(df: Any) -> pa.Table:
     """The batch as one Arrow table (a Spark DataFrame is collected with Arrow)."""
     if isinstance(df, pa.Table):
         return df
     if isinstance(df, pa.RecordBatch):
         return pa.Table.from_batches([df])
-    if _is_spark(df):
+    if is_spark(df):
         return df.toArrow()
     import pandas as pd
 

@@ -38,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.io.sinks.batches import _panes_only, _to_arrow
+from headwater.io.sinks.batches import panes_only, to_arrow
 from headwater.model.panes import Accumulation
 from headwater.model.schema import WINDOW_COLUMNS
 
@@ -94,7 +94,7 @@ class DeltaSink:
         if last is not None and batch_id <= last:
             log.info("%r: batch %d already applied (last %d): skipped", self, batch_id, last)
             return False
-        table = _to_arrow(_panes_only(batch))
+        table = to_arrow(panes_only(batch))
         if table.num_rows == 0:
             return False
         if "undo" in table.column_names:

@@ -11,7 +11,7 @@ import os
 import shutil
 from typing import Any
 
-from headwater.io.sinks.batches import Sink, _columns, _is_spark, _panes_only, _to_arrow
+from headwater.io.sinks.batches import Sink, column_names, is_spark, panes_only, to_arrow
 
 
 class _ParquetBatches:
@@ -32,7 +32,7 @@ class _ParquetBatches:
     def __call__(self, batch: Any, batch_id: int) -> None:
         target = self.batch_path(batch_id)
         batch = self._select(batch)
-        if _is_spark(batch):
+        if is_spark(batch):
             if batch.isEmpty():
                 # A re-run that yields nothing must not leave an earlier attempt's rows.
                 _delete_dir(target, batch.sparkSession)
@@ -42,7 +42,7 @@ class _ParquetBatches:
             return
         import pyarrow.parquet as pq
 
-        table = _to_arrow(batch)
+        table = to_arrow(batch)
         _delete_dir(target)
         if table.num_rows:
             os.makedirs(target, exist_ok=True)
@@ -99,7 +99,7 @@ class ChangelogSink(_ParquetBatches):
     """
 
     def _select(self, batch: Any) -> Any:
-        return _panes_only(batch)
+        return panes_only(batch)
 
 
 class DeadLetterSink(_ParquetBatches):
@@ -111,7 +111,7 @@ class DeadLetterSink(_ParquetBatches):
     passes them to ``dead_letter_sink``, not a runner's raw output."""
 
     def _select(self, batch: Any) -> Any:
-        if "kind" in _columns(batch):
+        if "kind" in column_names(batch):
             raise TypeError(
                 f"{self!r} takes dead letters, not a runner's raw output (a batch with a "
                 f"'kind' column): pass the split dead letters, e.g. "

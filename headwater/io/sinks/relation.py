@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from headwater.io.sinks.batches import _to_arrow
-from headwater.io.sinks.results import BATCH_COL, META_TABLE, _qualified
-from headwater.io.sinks.stores import _DuckDBStore, _PostgresStore, _q, _Store
+from headwater.io.sinks.batches import to_arrow
+from headwater.io.sinks.results import BATCH_COL, META_TABLE, qualified
+from headwater.io.sinks.stores import DuckDBStore, PostgresStore, Store, qid
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,11 @@ class RelationSink:
     ) -> None:
         target = os.fspath(target)
         is_pg = target.startswith(("postgresql://", "postgres://"))
-        self._store: _Store = _PostgresStore(target) if is_pg else _DuckDBStore(target)
+        self._store: Store = PostgresStore(target) if is_pg else DuckDBStore(target)
         self.target, self.table = target, table
         self.sink_id = sink_id or table
         self.key_cols = (ROW,)
-        self._schema, self._name = _qualified(table)
+        self._schema, self._name = qualified(table)
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         self.write(batch, batch_id)
@@ -75,7 +75,7 @@ class RelationSink:
         if last is not None and int(batch_id) <= last:
             log.info("%r: batch %d already applied: skipped", self, batch_id)
             return False
-        frame = _to_arrow(batch).to_pandas()
+        frame = to_arrow(batch).to_pandas()
         if not len(frame):
             return False
         staged, columns = self._net(frame)
@@ -98,19 +98,19 @@ class RelationSink:
 
     # -- what the stores call
     def _table_sql(self) -> str:
-        return _q(self._name) if self._schema is None else f"{_q(self._schema)}.{_q(self._name)}"
+        return qid(self._name) if self._schema is None else f"{qid(self._schema)}.{qid(self._name)}"
 
     def _meta_sql(self) -> str:
-        name = _q(META_TABLE)
-        return name if self._schema is None else f"{_q(self._schema)}.{name}"
+        name = qid(META_TABLE)
+        return name if self._schema is None else f"{qid(self._schema)}.{name}"
 
     def _ddl(self, columns: _Columns, type_of: Callable[[str, pa.DataType], str]) -> list[str]:
-        defs = [f"{_q(c)} {type_of(c, columns.types[c])}" for c in columns.stored]
-        defs.append(f"{_q(BATCH_COL)} BIGINT NOT NULL")
-        out = [f"CREATE SCHEMA IF NOT EXISTS {_q(self._schema)}"] if self._schema else []
+        defs = [f"{qid(c)} {type_of(c, columns.types[c])}" for c in columns.stored]
+        defs.append(f"{qid(BATCH_COL)} BIGINT NOT NULL")
+        out = [f"CREATE SCHEMA IF NOT EXISTS {qid(self._schema)}"] if self._schema else []
         out.append(
             f"CREATE TABLE IF NOT EXISTS {self._table_sql()} ({', '.join(defs)}, "
-            f"PRIMARY KEY ({_q(ROW)}))"
+            f"PRIMARY KEY ({qid(ROW)}))"
         )
         out.append(
             f"CREATE TABLE IF NOT EXISTS {self._meta_sql()} (sink_id VARCHAR PRIMARY KEY, "
@@ -120,14 +120,14 @@ class RelationSink:
 
     def _apply_sql(self, columns: _Columns, staged, stage: str, batch_id: int) -> list[str]:
         cols = [*columns.stored, BATCH_COL]
-        exprs = [f"s.{_q(c)}" for c in columns.stored] + [str(int(batch_id))]
+        exprs = [f"s.{qid(c)}" for c in columns.stored] + [str(int(batch_id))]
         upsert = (
-            f"INSERT INTO {self._table_sql()} AS t ({', '.join(_q(c) for c in cols)}) "
-            f"SELECT {', '.join(exprs)} FROM {stage} AS s ON CONFLICT ({_q(ROW)}) DO UPDATE SET "
-            f"{_q(COUNT)} = t.{_q(COUNT)} + excluded.{_q(COUNT)}, "
-            f"{_q(BATCH_COL)} = excluded.{_q(BATCH_COL)}"
+            f"INSERT INTO {self._table_sql()} AS t ({', '.join(qid(c) for c in cols)}) "
+            f"SELECT {', '.join(exprs)} FROM {stage} AS s ON CONFLICT ({qid(ROW)}) DO UPDATE SET "
+            f"{qid(COUNT)} = t.{qid(COUNT)} + excluded.{qid(COUNT)}, "
+            f"{qid(BATCH_COL)} = excluded.{qid(BATCH_COL)}"
         )
-        delete = f"DELETE FROM {self._table_sql()} WHERE {_q(COUNT)} <= 0"
+        delete = f"DELETE FROM {self._table_sql()} WHERE {qid(COUNT)} <= 0"
         return [upsert, delete]
 
     # -- reading

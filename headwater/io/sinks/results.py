@@ -49,8 +49,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headwater.io.sinks.batches import _panes_only, _to_arrow
-from headwater.io.sinks.stores import _DuckDBStore, _Layout, _PostgresStore, _q, _Store
+from headwater.io.sinks.batches import panes_only, to_arrow
+from headwater.io.sinks.stores import DuckDBStore, Layout, PostgresStore, Store, qid
 from headwater.model import combiners as C
 from headwater.model.panes import Accumulation
 from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
@@ -67,7 +67,7 @@ META_TABLE = "headwater_sink_batches"
 MERGES = {"sum": "sum", "add": "sum", "count": "sum", "min": "min", "max": "max"}
 
 
-def _qualified(table: str) -> tuple[str | None, str]:
+def qualified(table: str) -> tuple[str | None, str]:
     schema, _, name = table.rpartition(".")
     if not name:
         raise ValueError(f"bad table name {table!r}")
@@ -107,16 +107,16 @@ class CurrentResultsSink:
             is_pg = target.startswith(("postgresql://", "postgres://"))
             backend = "postgres" if is_pg else "duckdb"
         if backend == "duckdb":
-            self._store: _Store = _DuckDBStore(target)
+            self._store: Store = DuckDBStore(target)
         elif backend in ("postgres", "postgresql"):
-            self._store = _PostgresStore(target)
+            self._store = PostgresStore(target)
         else:
             raise ValueError(f"backend must be 'duckdb' or 'postgres', got {backend!r}")
         self.target = target
         self.backend = self._store.dialect
         self.table = table
         self.sink_id = sink_id or table
-        self._schema, self._name = _qualified(table)
+        self._schema, self._name = qualified(table)
 
         self.value_cols: tuple[str, ...] | None = None
         strategy = None
@@ -161,7 +161,7 @@ class CurrentResultsSink:
                         f"supported: {sorted(set(MERGES.values()))}"
                     )
                 self.merge[name] = MERGES[str(how).lower()]
-        self._layout: _Layout | None = None
+        self._layout: Layout | None = None
 
     # -- the sink -------------------------------------------------------------
     def __call__(self, batch: Any, batch_id: int) -> None:
@@ -175,7 +175,7 @@ class CurrentResultsSink:
         if last is not None and batch_id <= last:
             log.info("%r: batch %d already applied (last %d): skipped", self, batch_id, last)
             return False
-        table = _to_arrow(_panes_only(batch))
+        table = to_arrow(panes_only(batch))
         if table.num_rows == 0:
             return False
         layout = self._layout_of(table)
@@ -186,7 +186,7 @@ class CurrentResultsSink:
         return applied
 
     # -- one row per window -----------------------------------------------------
-    def _layout_of(self, table: pa.Table) -> _Layout:
+    def _layout_of(self, table: pa.Table) -> Layout:
         names = list(table.column_names)
         for c in (*WINDOW_COLUMNS, "pane_index"):
             if c not in names:
@@ -211,7 +211,7 @@ class CurrentResultsSink:
             if missing:
                 raise ValueError(f"discarding panes: no merge given for {missing}")
         types = {n: table.schema.field(n).type for n in names}
-        layout = _Layout(tuple(keys), tuple(values), meta, types)
+        layout = Layout(tuple(keys), tuple(values), meta, types)
         if self._layout is not None and self._layout.stored != layout.stored:
             raise ValueError(
                 f"batch columns changed: {list(layout.stored)} != {list(self._layout.stored)}"
@@ -219,7 +219,7 @@ class CurrentResultsSink:
         self._layout = layout
         return layout
 
-    def _reduce(self, table: pa.Table, layout: _Layout) -> pa.Table:
+    def _reduce(self, table: pa.Table, layout: Layout) -> pa.Table:
         """The batch reduced to one row per window (vectorized, in Arrow)."""
         for k in layout.keys:
             if table[k].null_count:
@@ -291,19 +291,19 @@ class CurrentResultsSink:
 
     # -- SQL shared by the backends ----------------------------------------------
     def _table_sql(self) -> str:
-        return _q(self._name) if self._schema is None else f"{_q(self._schema)}.{_q(self._name)}"
+        return qid(self._name) if self._schema is None else f"{qid(self._schema)}.{qid(self._name)}"
 
     def _meta_sql(self) -> str:
-        name = _q(META_TABLE)
-        return name if self._schema is None else f"{_q(self._schema)}.{name}"
+        name = qid(META_TABLE)
+        return name if self._schema is None else f"{qid(self._schema)}.{name}"
 
-    def _ddl(self, layout: _Layout, type_of: Callable[[str, pa.DataType], str]) -> list[str]:
-        cols = [f"{_q(c)} {type_of(c, layout.types[c])}" for c in layout.stored]
-        cols.append(f"{_q(BATCH_COL)} BIGINT NOT NULL")
-        pk = ", ".join(_q(c) for c in layout.primary_key)
+    def _ddl(self, layout: Layout, type_of: Callable[[str, pa.DataType], str]) -> list[str]:
+        cols = [f"{qid(c)} {type_of(c, layout.types[c])}" for c in layout.stored]
+        cols.append(f"{qid(BATCH_COL)} BIGINT NOT NULL")
+        pk = ", ".join(qid(c) for c in layout.primary_key)
         out = []
         if self._schema is not None:
-            out.append(f"CREATE SCHEMA IF NOT EXISTS {_q(self._schema)}")
+            out.append(f"CREATE SCHEMA IF NOT EXISTS {qid(self._schema)}")
         out.append(
             f"CREATE TABLE IF NOT EXISTS {self._table_sql()} ({', '.join(cols)}, "
             f"PRIMARY KEY ({pk}))"
@@ -314,8 +314,8 @@ class CurrentResultsSink:
         )
         return out
 
-    def _source_expr(self, layout: _Layout, col: str) -> str:
-        expr = f"s.{_q(col)}"
+    def _source_expr(self, layout: Layout, col: str) -> str:
+        expr = f"s.{qid(col)}"
         t = layout.types[col]
         if col in layout.windows and pa.types.is_timestamp(t):
             inf = "-infinity" if col == "window_start" else "infinity"
@@ -323,12 +323,12 @@ class CurrentResultsSink:
             expr = f"COALESCE({expr}, '{inf}'::{sql_type})"
         return expr
 
-    def _apply_sql(self, layout: _Layout, staged: pa.Table, stage: str, batch_id: int) -> list[str]:
+    def _apply_sql(self, layout: Layout, staged: pa.Table, stage: str, batch_id: int) -> list[str]:
         """Withdraw retracted windows (if the batch has retractions), then upsert the
         new panes."""
         target = self._table_sql()
         match = " AND ".join(
-            f"t.{_q(c)} = {self._source_expr(layout, c)}" for c in layout.primary_key
+            f"t.{qid(c)} = {self._source_expr(layout, c)}" for c in layout.primary_key
         )
         delete = (
             f"DELETE FROM {target} AS t USING {stage} AS s WHERE s.is_retraction AND {match} "
@@ -339,7 +339,7 @@ class CurrentResultsSink:
         sets = []
         for c in (*layout.values, *layout.meta, BATCH_COL):
             how = self.merge.get(c) if self.merge is not None and c in layout.values else None
-            old, new = f"t.{_q(c)}", f"excluded.{_q(c)}"
+            old, new = f"t.{qid(c)}", f"excluded.{qid(c)}"
             if how == "sum":
                 value = (
                     f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} "
@@ -351,12 +351,12 @@ class CurrentResultsSink:
                 value = f"GREATEST({old}, {new})"
             else:
                 value = new
-            sets.append(f"{_q(c)} = {value}")
+            sets.append(f"{qid(c)} = {value}")
         newer = ">" if self.merge is not None else ">="
         upsert = (
-            f"INSERT INTO {target} AS t ({', '.join(_q(c) for c in cols)}) "
+            f"INSERT INTO {target} AS t ({', '.join(qid(c) for c in cols)}) "
             f"SELECT {', '.join(exprs)} FROM {stage} AS s WHERE NOT s.is_retraction "
-            f"ON CONFLICT ({', '.join(_q(c) for c in layout.primary_key)}) DO UPDATE SET "
+            f"ON CONFLICT ({', '.join(qid(c) for c in layout.primary_key)}) DO UPDATE SET "
             f"{', '.join(sets)} WHERE excluded.pane_index {newer} t.pane_index"
         )
         return [delete, upsert] if pc.any(staged["is_retraction"]).as_py() else [upsert]

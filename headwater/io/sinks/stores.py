@@ -21,7 +21,7 @@ from headwater.model.schema import WINDOW_COLUMNS
 
 
 @dataclass(frozen=True)
-class _Layout:
+class Layout:
     """The columns of a current-results table, as found in a batch of panes."""
 
     keys: tuple[str, ...]
@@ -43,7 +43,7 @@ class _Layout:
         return (*self.primary_key, *self.values, *self.meta)
 
 
-def _q(name: str) -> str:
+def qid(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -59,19 +59,19 @@ class _ResultsTable(Protocol):
 
     def _meta_sql(self) -> str: ...
 
-    def _ddl(self, layout: _Layout, type_of: Callable[[str, pa.DataType], str]) -> list[str]: ...
+    def _ddl(self, layout: Layout, type_of: Callable[[str, pa.DataType], str]) -> list[str]: ...
 
     def _apply_sql(self, layout: Any, staged: pa.Table, stage: str, batch_id: int) -> list[str]:
         """The statements that apply the staged batch, in order."""
         ...
 
 
-class _Store:
+class Store:
     """A database holding current-results tables (one per ``_ResultsTable``)."""
 
     dialect = ""
 
-    def apply(self, sink: _ResultsTable, layout: _Layout, staged: pa.Table, batch_id: int) -> bool:
+    def apply(self, sink: _ResultsTable, layout: Layout, staged: pa.Table, batch_id: int) -> bool:
         raise NotImplementedError
 
     def last_batch_id(self, sink: _ResultsTable) -> int | None:
@@ -86,7 +86,7 @@ class _Store:
     def close(self) -> None:
         pass
 
-    def unconnected(self) -> _Store:
+    def unconnected(self) -> Store:
         return self
 
     def display(self) -> str:
@@ -98,9 +98,9 @@ def _read_sql(sink: _ResultsTable, columns: list[tuple[str, str]]) -> str:
     exprs = []
     for name, data_type in columns:
         if "TIMESTAMP" in data_type.upper():
-            exprs.append(f"CASE WHEN isfinite({_q(name)}) THEN {_q(name)} END AS {_q(name)}")
+            exprs.append(f"CASE WHEN isfinite({qid(name)}) THEN {qid(name)} END AS {qid(name)}")
         else:
-            exprs.append(_q(name))
+            exprs.append(qid(name))
     return f"SELECT {', '.join(exprs)} FROM {sink._table_sql()}"
 
 
@@ -111,7 +111,7 @@ def _order(frame, sink: _ResultsTable):
     return frame.sort_values(keys, kind="stable").reset_index(drop=True) if keys else frame
 
 
-class _DuckDBStore(_Store):
+class DuckDBStore(Store):
     dialect = "duckdb"
 
     def __init__(self, path: str) -> None:
@@ -121,8 +121,8 @@ class _DuckDBStore(_Store):
     def display(self) -> str:
         return repr(self.path)
 
-    def unconnected(self) -> _DuckDBStore:
-        return _DuckDBStore(self.path)
+    def unconnected(self) -> DuckDBStore:
+        return DuckDBStore(self.path)
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[Any]:
@@ -175,7 +175,7 @@ class _DuckDBStore(_Store):
         if pa.types.is_decimal(t):
             return f"DECIMAL({t.precision}, {t.scale})"
         if pa.types.is_list(t) or pa.types.is_large_list(t):
-            return _DuckDBStore.type_of(col, t.value_type) + "[]"
+            return DuckDBStore.type_of(col, t.value_type) + "[]"
         raise TypeError(f"column {col!r}: no DuckDB type for Arrow type {t}")
 
     def _last(self, con: Any, sink: _ResultsTable) -> int | None:
@@ -247,7 +247,7 @@ class _DuckDBStore(_Store):
             con.execute(f"DELETE FROM {sink._meta_sql()} WHERE sink_id = ?", [sink.sink_id])
 
 
-class _PostgresStore(_Store):
+class PostgresStore(Store):
     dialect = "postgres"
 
     def __init__(self, url: str) -> None:
@@ -264,8 +264,8 @@ class _PostgresStore(_Store):
             return repr(parts._replace(netloc=netloc).geturl())
         return repr(self.url)
 
-    def unconnected(self) -> _PostgresStore:
-        return _PostgresStore(self.url)
+    def unconnected(self) -> PostgresStore:
+        return PostgresStore(self.url)
 
     def _connect(self):
         import psycopg
@@ -311,7 +311,7 @@ class _PostgresStore(_Store):
             inner = t.value_type
             if pa.types.is_list(inner) or pa.types.is_large_list(inner):
                 raise TypeError(f"column {col!r}: nested lists have no PostgreSQL type")
-            return _PostgresStore.type_of(col, inner) + "[]"
+            return PostgresStore.type_of(col, inner) + "[]"
         raise TypeError(f"column {col!r}: no PostgreSQL type for Arrow type {t}")
 
     def _last(self, cur: Any, sink: _ResultsTable, lock: bool = False) -> int | None:
@@ -346,13 +346,11 @@ class _PostgresStore(_Store):
             if last is not None and batch_id <= last:
                 return False
             cols = list(staged.column_names)
-            defs = [
-                f"{_q(c)} {'BOOLEAN' if c == 'is_retraction' else self.type_of(c, layout.types[c])}"
-                for c in cols
-            ]
+            types = {c: self.type_of(c, layout.types[c]) for c in cols if c != "is_retraction"}
+            defs = [f"{qid(c)} {types.get(c, 'BOOLEAN')}" for c in cols]
             cur.execute(f"CREATE TEMP TABLE {stage} ({', '.join(defs)}) ON COMMIT DROP")
             # Bulk load: one COPY stream, not a statement per row.
-            with cur.copy(f"COPY {stage} ({', '.join(_q(c) for c in cols)}) FROM STDIN") as copy:
+            with cur.copy(f"COPY {stage} ({', '.join(qid(c) for c in cols)}) FROM STDIN") as copy:
                 for row in zip(*(col.to_pylist() for col in staged.columns), strict=True):
                     copy.write_row(row)
             for statement in sink._apply_sql(layout, staged, stage, batch_id):
