@@ -20,6 +20,10 @@ def test_demo_runs_and_its_changelog_matches_the_input(tmp_path):
             "demo",
             "--events",
             "200",
+            # 30 s steps: a third of the micro-batches of the default 10 s, every
+            # timing (early, on time, late) still met.
+            "--step-seconds",
+            "30",
             "--out",
             str(tmp_path / "d"),
         ],

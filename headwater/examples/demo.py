@@ -28,14 +28,17 @@ import headwater as hw
 from headwater.io.replay import read_replay, write_timeline
 
 TEAMS = ("blue", "red", "green")
-BATCH_MS = 10_000
+STEP_SECONDS = 10
 
 
-def recorded_timeline(events: int, seed: int) -> tuple[list[dict], pd.DataFrame]:
+def recorded_timeline(
+    events: int, seed: int, step_seconds: int = STEP_SECONDS
+) -> tuple[list[dict], pd.DataFrame]:
     """Scores over 10 minutes of event time; arrival = event time + a delay
-    (mostly seconds, some minutes: stragglers). Steps of 10 s of processing
-    time, each with a punctuated watermark 30 s behind the largest event time
-    seen so far."""
+    (mostly seconds, some minutes: stragglers). Steps of ``step_seconds`` of
+    processing time (one micro-batch each), each with a punctuated watermark
+    30 s behind the largest event time seen so far."""
+    step_ms = step_seconds * 1000
     rng = np.random.default_rng(seed)
     base = 1_767_268_800_000  # 2026-01-01T12:00:00Z
     ts = base + np.sort(rng.integers(0, 600_000, events))
@@ -50,20 +53,20 @@ def recorded_timeline(events: int, seed: int) -> tuple[list[dict], pd.DataFrame]
             "arrival": ts + delay,
         }
     ).sort_values("arrival", kind="stable")
-    frame["batch"] = (frame["arrival"] - base) // BATCH_MS
+    frame["batch"] = (frame["arrival"] - base) // step_ms
     steps, seen = [], None
     for batch in range(int(frame["batch"].max()) + 1):
         rows = frame[frame["batch"] == batch]
         if len(rows):
             seen = max(seen or 0, int(rows["ts"].max()))
         step = {
-            "proc_ms": base + (batch + 1) * BATCH_MS,
+            "proc_ms": base + (batch + 1) * step_ms,
             "rows": rows[["team", "ts", "score"]].values.tolist(),
         }
         if seen is not None:
             step["watermark_ms"] = seen - 30_000
         steps.append(step)
-    steps.append({"proc_ms": steps[-1]["proc_ms"] + BATCH_MS, "watermark_ms": "inf"})
+    steps.append({"proc_ms": steps[-1]["proc_ms"] + step_ms, "watermark_ms": "inf"})
     return steps, frame
 
 
@@ -98,13 +101,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--events", type=int, default=600, help="events of the generated stream")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the stream")
+    parser.add_argument(
+        "--step-seconds",
+        type=int,
+        default=STEP_SECONDS,
+        help="processing time between micro-batches of the replay (fewer, larger steps run faster)",
+    )
     parser.add_argument("--out", default="headwater-demo", help="output directory (emptied first)")
     args = parser.parse_args(argv)
+    if args.step_seconds < 1:
+        parser.error(f"--step-seconds must be at least 1, not {args.step_seconds}")
 
     out = os.path.abspath(args.out)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    steps, recorded = recorded_timeline(args.events, args.seed)
+    steps, recorded = recorded_timeline(args.events, args.seed, args.step_seconds)
     timeline = os.path.join(out, "timeline.jsonl")
     write_timeline(timeline, steps, columns={"score": "bigint"})
 
