@@ -71,8 +71,8 @@ def test_bench_sql_same_windows(restored, tmp_path):
     from headwater.bench import sql as bench
     from headwater.bench.streaming import generate
     from headwater.model.watermarks import BoundedOutOfOrderness
-    from headwater.sql.catalog import Table
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
+    from headwater.sql.plan.catalog import Table
 
     spark = restored
     args = bench._args(ARGS)

@@ -258,3 +258,26 @@ def test_no_private_names_across_modules():
     paths = [*SOURCES.values(), *sorted(tests.rglob("*.py"))]
     bad = [f"{p.relative_to(PACKAGE.parent)} {hit}" for p in paths for hit in _private_imports(p)]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+#: The stages of a SQL query, in order; each may import the earlier ones (and
+#: ``headwater.sql.errors``), never a later one or the front end above them
+#: (``headwater.sql`` itself, its CLI, scripts and binding).
+SQL_STAGES = ("parse", "plan", "maintain", "execute")
+
+
+@pytest.mark.parametrize("stage", SQL_STAGES)
+def test_sql_stages_import_only_earlier_stages(stage: str):
+    package = f"headwater.sql.{stage}"
+    allowed = (
+        "headwater.sql.errors",
+        *(f"headwater.sql.{s}" for s in SQL_STAGES[: SQL_STAGES.index(stage) + 1]),
+    )
+    bad = [
+        f"{_where(name, line)}: {target}"
+        for name, imports in IMPORTS.items()
+        if _under(name, package)
+        for target, line in imports
+        if _under(target, "headwater.sql") and not any(_under(target, p) for p in allowed)
+    ]
+    assert not bad, f"{package} may import {', '.join(allowed)} only:\n" + "\n".join(bad)

@@ -45,8 +45,8 @@ import pandas as pd
 
 from headwater.bench import HelpFormatter
 from headwater.sql import sql
-from headwater.sql.catalog import PTIME, Table
-from headwater.sql.local import run_stream
+from headwater.sql.execute.local import run_stream
+from headwater.sql.plan.catalog import PTIME, Table
 
 QUERY = """
 SELECT wstart, wend, item, price

@@ -26,7 +26,7 @@ written once as ``--files`` Parquet files. In ONE process and SparkSession:
   the stream as a SQL source with ``WATERMARK FOR et AS et - INTERVAL 'delay'``
   (``Table(spark=<stream>, event_time='et', watermark=BoundedOutOfOrderness)``),
   started with ``SparkSqlQuery.start``: the fast path of windowed aggregates
-  (headwater/sql/aggregate.py). ``ratio = headwater rows/s / native rows/s``
+  (headwater/sql/execute/aggregate_local.py). ``ratio = headwater rows/s / native rows/s``
   (>= 1.0 is the target).
 
 Both produce the same windows from on-time data. Late events differ slightly:
@@ -165,7 +165,7 @@ def _native_frame(spark, df, args):
 
 
 def _headwater_bounded(spark, src: str, args):
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     start = time.perf_counter()
     query = SparkSqlQuery(query_text(args), {"Events": spark.read.parquet(src)}, spark=spark)
@@ -239,10 +239,10 @@ def run_native(spark, src: str, ckpt: str, args) -> dict[str, Any]:
 
 def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
     from headwater.model.watermarks import BoundedOutOfOrderness
-    from headwater.sql import aggregate_spark
-    from headwater.sql.catalog import Table
-    from headwater.sql.local import compile_sql
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute import aggregate_spark
+    from headwater.sql.execute.local import compile_sql
+    from headwater.sql.execute.spark import SparkSqlQuery
+    from headwater.sql.plan.catalog import Table
 
     start = time.perf_counter()
     table = Table(

@@ -4,7 +4,7 @@
   that table's events among arrival positions [k*N, (k+1)*N) of all events, so
   that a Spark file stream reading the three directories in order sees the
   events in arrival order, N events per step.
-* ``replay``: ``DIR/<table>.jsonl`` in the format of :mod:`headwater.sql.replay`:
+* ``replay``: ``DIR/<table>.jsonl`` in the format of :mod:`headwater.sql.execute.replay`:
   each row at its arrival time rounded up to a step of ``step_ms`` (``ptime``,
   epoch ms: the rows of one step are one micro-batch) and, every
   ``watermark_every_ms`` of arrival time, the watermark the generator knows to be

@@ -23,7 +23,7 @@ def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query"
 
     ``runner``: ``"local"`` (DuckDB and the model in this process) or
     ``"spark"`` (native Spark batch plans; Structured Streaming for streams).
-    Returns an :class:`~headwater.sql.query.SqlQuery`.
+    Returns an :class:`~headwater.sql.execute.query.SqlQuery`.
     """
     from headwater.sql.bind import bind
 
@@ -32,19 +32,19 @@ def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query"
 
 def __getattr__(name: str) -> Any:
     if name == "SqlQuery":
-        from headwater.sql.query import SqlQuery
+        from headwater.sql.execute.query import SqlQuery
 
         return SqlQuery
     if name == "read_replay":
-        from headwater.sql.replay import read_replay
+        from headwater.sql.execute.replay import read_replay
 
         return read_replay
     if name == "QualityWatermark":
-        from headwater.sql.hybrid import QualityWatermark
+        from headwater.sql.plan.quality import QualityWatermark
 
         return QualityWatermark
     if name == "Corrections":
-        from headwater.sql.catalog import Corrections
+        from headwater.sql.plan.catalog import Corrections
 
         return Corrections
     raise AttributeError(f"module 'headwater.sql' has no attribute {name!r}")

@@ -11,14 +11,14 @@ from headwater.sql.errors import SqlError
 def bind(
     query: Any, tables: Mapping[str, Any] | None = None, *, name: str = "query", runner="local"
 ):
-    """A :class:`~headwater.sql.query.SqlQuery` of ``query`` (text or parsed) over
+    """A :class:`~headwater.sql.execute.query.SqlQuery` of ``query`` (text or parsed) over
     ``tables`` on ``runner`` (``"local"`` or ``"spark"``)."""
     if runner == "spark":
-        from headwater.sql.spark import SparkSqlQuery
+        from headwater.sql.execute.spark import SparkSqlQuery
 
         return SparkSqlQuery(query, tables or {}, name)
     if runner != "local":
         raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
-    from headwater.sql.query import SqlQuery
+    from headwater.sql.execute.query import SqlQuery
 
     return SqlQuery(query, tables or {}, name)

@@ -25,7 +25,7 @@ import pandas as pd
 from headwater.io.sinks import parquet_sink
 from headwater.model.time import to_millis
 from headwater.sql.errors import SqlError
-from headwater.sql.replay import millis, read_replay
+from headwater.sql.execute.replay import millis, read_replay
 
 
 def parser() -> argparse.ArgumentParser:

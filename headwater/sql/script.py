@@ -37,11 +37,11 @@ import pandas as pd
 from sqlglot import exp
 
 from headwater.sql.bind import bind
-from headwater.sql.catalog import Table
-from headwater.sql.ddl import SourceDef, source_def
-from headwater.sql.dialect import parse
 from headwater.sql.errors import SqlError, position
-from headwater.sql.sources import is_sink, local_source, make_sink
+from headwater.sql.execute.sources import is_sink, local_source, make_sink
+from headwater.sql.parse.ddl import SourceDef, source_def
+from headwater.sql.parse.dialect import parse
+from headwater.sql.plan.catalog import Table
 
 #: A sink ``(batch, batch_id)`` for the dead letters of the query of a name.
 DeadLetters = Callable[[str], Callable[[Any, int], None]]
@@ -107,7 +107,7 @@ def with_views(statement: exp.Expr, views: Mapping[str, exp.Query]) -> exp.Expr:
 
 def _source(d: SourceDef, runner: str, options: dict) -> Table:
     if runner == "spark":
-        from headwater.sql.spark import spark_source
+        from headwater.sql.execute.spark import spark_source
 
         return spark_source(d, options)
     return local_source(d)

@@ -14,9 +14,9 @@ import pytest
 import headwater as hw
 from headwater.model.plan import PlanError
 from headwater.sql import read_replay, sql
-from headwater.sql.aggregate_shape import general_path
-from headwater.sql.dialect import parse, source_def
 from headwater.sql.errors import SqlError
+from headwater.sql.parse.dialect import parse, source_def
+from headwater.sql.plan.fast_path import general_path
 
 TUMBLE = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '10' MINUTE)"
 #: (ptime, rows (bidtime, price, score, item), watermark) on 2024-01-01
@@ -303,7 +303,7 @@ def test_result_types_follow_sql(stream, table, path: str) -> None:
 @pytest.mark.spark
 def test_the_same_errors_on_spark(spark, stream, table) -> None:
     """Planning is shared: the same text on Spark (bounded and streams)."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     texts = [ARGUMENT_TYPES["windowed sum"][0], UNKNOWN_NAMES["windowed"][0]]
     texts += [SYNTAX["one parenthesis too many"][0], ARGUMENT_TYPES["epoch_ms of a string"][0]]
@@ -317,7 +317,7 @@ def test_the_same_errors_on_spark(spark, stream, table) -> None:
 @pytest.mark.spark
 def test_a_function_spark_sql_does_not_have(spark, table) -> None:
     """DuckDB binds it, Spark cannot: an error at the call, not Spark's plan dump."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     text = "SELECT item,\n  list_transform([price], v -> v + 1) AS l\nFROM Bid"
     assert len(sql(text, table).to_pandas()) == 3  # local runs it
@@ -329,7 +329,7 @@ def test_a_function_spark_sql_does_not_have(spark, table) -> None:
 
 @pytest.mark.spark
 def test_result_types_on_spark_bounded(spark, table) -> None:
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     frame = SparkSqlQuery(RESULT_TYPES, table, spark=spark).to_pandas()
     assert _dtypes(frame) == SQL_TYPES
@@ -342,7 +342,7 @@ def test_result_types_on_spark_bounded(spark, table) -> None:
 @pytest.mark.spark
 def test_a_spark_stream_names_its_event_time_not_an_internal_column(spark, tmp_path) -> None:
     """A TIMESTAMP_NTZ event time is refused naming the user's column ('__et' never)."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     schema = "bidtime TIMESTAMP_NTZ, price BIGINT, item STRING"
     (tmp_path / "in").mkdir()

@@ -15,7 +15,7 @@ import pytest
 import headwater as hw
 from headwater.sql.cli import main
 from headwater.sql.errors import SqlError
-from headwater.sql.replay import read_replay
+from headwater.sql.execute.replay import read_replay
 from headwater.sql.script import run_script
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
-from headwater.sql.aggregate_shape import general_path
+from headwater.sql.plan.fast_path import general_path
 
 pytestmark = pytest.mark.spark
 
@@ -164,8 +164,8 @@ def live(spark, tmp_path, text, parts, path="fast"):
     """``text`` over parquet files arriving one per micro-batch: the last
     micro-batch's changelog rows (all batches) and dead letters, as pandas."""
     from headwater.model.watermarks import BoundedOutOfOrderness
-    from headwater.sql.catalog import Table
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
+    from headwater.sql.plan.catalog import Table
 
     src = tmp_path / "src"
     for i, part in enumerate(parts):

@@ -18,7 +18,7 @@ from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.cli import main
 from headwater.nexmark.config import BASE_TIME
 from headwater.nexmark.output import steps, write
-from headwater.sql.replay import read_replay
+from headwater.sql.execute.replay import read_replay
 
 N = 50_000
 BASE = int(pd.Timestamp(BASE_TIME).value // 1_000_000)

@@ -1,4 +1,4 @@
-"""One evaluation per step (headwater/sql/batch.py) against one per group.
+"""One evaluation per step (headwater/sql/maintain/batch.py) against one per group.
 
 The general path evaluates all groups that fire in a step by one DuckDB query
 over their rows together (every stream row tagged with its group's id). For
@@ -30,10 +30,10 @@ from test_sql_surface import ITEMS, QUERIES
 from test_sql_surface import tables as surface_tables
 
 from headwater.sql import sql
-from headwater.sql.batch import BatchQuery, plan_batch
-from headwater.sql.catalog import PTIME, Table
-from headwater.sql.local import SqlPlan, compile_sql, run_stream, union_rows
-from headwater.sql.maintain import SOURCE
+from headwater.sql.execute.local import SqlPlan, compile_sql, run_stream, union_rows
+from headwater.sql.maintain.batch import BatchQuery, plan_batch
+from headwater.sql.maintain.groups import SOURCE
+from headwater.sql.plan.catalog import PTIME, Table
 
 BID, ASK = tumble("Bid", "bidtime"), tumble("Ask", "asktime")
 HOP = (

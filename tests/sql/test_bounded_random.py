@@ -210,7 +210,7 @@ def test_local_equals_the_reference(seed: int, shape: str) -> None:
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("seed", SPARK_SEEDS)
 def test_spark_equals_the_reference(spark, seed: int, shape: str) -> None:
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     case = make_case(seed, shape)
     actual = rows(SparkSqlQuery(case.query, case.tables, spark=spark).to_pandas())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp
 
-from headwater.sql.dialect import (
+from headwater.sql.parse.dialect import (
     Emit,
     Headwater,
     SourceDef,

@@ -197,7 +197,7 @@ def test_python_examples(workdir: Path, monkeypatch) -> None:
 
 
 def test_sql_blocks_parse_and_scripts_are_the_files() -> None:
-    from headwater.sql.dialect import parse
+    from headwater.sql.parse.dialect import parse
 
     sql_blocks = [b for b in blocks(DOC) if b.lang == "sql"]
     files = []

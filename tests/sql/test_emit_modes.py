@@ -35,7 +35,7 @@ from sql_helpers import (
 )
 
 from headwater.sql import read_replay, sql
-from headwater.sql.changelog import GROUP_COLUMNS
+from headwater.sql.maintain.changelog import GROUP_COLUMNS
 
 DAY = "2024-01-01"
 LATENESS = 5 * MINUTE
@@ -450,7 +450,7 @@ def spark_key(kind: str, trigger: str) -> str:
 @pytest.fixture(scope="module")
 def spark_mode_runs(spark, streams) -> dict:
     """Every trigger for the aggregate and for the union of the other shapes, at once."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     def job(query: str, name: str):
         return lambda: SparkSqlQuery(query, streams, name=name, spark=spark).run(None)

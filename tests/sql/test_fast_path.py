@@ -14,9 +14,9 @@ import pytest
 import headwater as hw
 from headwater.model.combiners import CountDistinct
 from headwater.sql import read_replay
-from headwater.sql.aggregate import AggregatePlan, with_keys
-from headwater.sql.aggregate_shape import enabled, general_path, why_not
-from headwater.sql.local import SqlPlan, compile_sql, run_stream
+from headwater.sql.execute.aggregate_local import AggregatePlan, with_keys
+from headwater.sql.execute.local import SqlPlan, compile_sql, run_stream
+from headwater.sql.plan.fast_path import enabled, general_path, why_not
 
 BASE = pd.Timestamp("2020-04-15T08:00:00")
 TUMBLE = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '5' MINUTE)"
@@ -486,7 +486,7 @@ SPARK_CASES = [
 def test_spark_streaming_equals_local(spark, tmp_path):
     """The Spark fast path gives the local fast path's changelog and dead letters
     (no key, a raw key with NULLs, a JSON key; three EMIT triggers)."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     for i, (name, emit, lateness) in enumerate(SPARK_CASES):
         path = tmp_path / f"bids-{i}.jsonl"
@@ -508,7 +508,7 @@ def test_spark_streaming_equals_local(spark, tmp_path):
 def test_spark_keyed_sessions_equal_local(spark, tmp_path):
     """Keyed sessions on the Spark fast path (merging windows: never lifted) give
     the local runner's changelog, merged-away sessions withdrawn, and dead letters."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     path = tmp_path / "bids.jsonl"
     write_timeline(path, seed=3, lines=40)
@@ -528,7 +528,7 @@ def test_spark_keyed_sessions_equal_local(spark, tmp_path):
 @pytest.mark.spark
 def test_spark_explain_says_the_same_path(spark, bids):
     """Spark compiles the same plan: its ``explain()`` names the same path."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     for text, says in EXPLAINED.values():
         explained = SparkSqlQuery(text, {"Bid": bids[0]}, spark=spark).explain()
@@ -539,7 +539,7 @@ def test_spark_explain_says_the_same_path(spark, bids):
 @pytest.mark.spark
 def test_spark_bounded_tumble_is_one_native_plan(spark):
     """A bounded windowed aggregate is Spark SQL alone: no Python UDF in the plan."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     frame = pd.DataFrame(
         {

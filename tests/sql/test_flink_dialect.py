@@ -8,7 +8,7 @@ import pytest
 from sql_helpers import assert_same_rows, rows
 
 from headwater.sql import sql
-from headwater.sql.dialect import Headwater, SqlError, parse_query
+from headwater.sql.parse.dialect import Headwater, SqlError, parse_query
 from headwater.sql.script import run_script
 
 BID = pd.DataFrame(

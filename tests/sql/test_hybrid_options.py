@@ -33,11 +33,14 @@ from headwater.hybrid.pipeline import (
 )
 from headwater.model.slack import FixedSlack, MaxDelaySlack
 from headwater.sql import Corrections, QualityWatermark, SqlError
-from headwater.sql.catalog import PTIME, Table, as_replay, watermark_after_steps
-from headwater.sql.ddl import source_def
-from headwater.sql.dialect import parse
-from headwater.sql.hybrid import watermark_option
-from headwater.sql.local import run_bounded
+from headwater.sql.execute.hybrid import quality_driven as resolved
+from headwater.sql.execute.hybrid import watermark_option
+from headwater.sql.execute.local import run_bounded
+from headwater.sql.execute.watermarks import watermark_after_steps
+from headwater.sql.parse.ddl import source_def
+from headwater.sql.parse.dialect import parse
+from headwater.sql.plan.catalog import PTIME, Table, as_replay
+from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.script import run_script
 
 QUERY = Query()  # SUM(speed) per sensor over 0.5 s windows every 0.1 s; 100 ms batches
@@ -134,7 +137,11 @@ def test_a_k_slack_watermark_gives_the_fluent_pipelines_results(stream, kind):
         ),
     }[kind]
     query, panes, letters = _sql(stream, option)
-    assert query.plan.streams[0].watermark == strategy  # the query's windows and SUM
+    planned = query.plan.streams[0]
+    if kind == "quality":  # planned from the text, estimated from the rows when it runs
+        assert isinstance(planned.watermark, QualityQuery)
+        planned = replace(planned, watermark=resolved(planned))
+    assert planned.watermark == strategy  # the query's windows and SUM
     expected_panes, expected_letters = _fluent(stream, strategy)
     assert len(panes) > 300
     pd.testing.assert_frame_equal(panes, expected_panes)
@@ -145,12 +152,12 @@ def test_a_k_slack_watermark_gives_the_fluent_pipelines_results(stream, kind):
 
 def test_the_quality_driven_watermark_estimates_as_the_experiment_does(stream):
     query = hw.sql(HOP, tables={"S": _source(stream, QualityWatermark(0.05, 0.05))})
-    driven = query.plan.streams[0].watermark
+    driven = resolved(query.plan.streams[0])
     assert driven == quality_driven(_requirement(stream), QUERY, 0.2, 4.0)
     # Several aggregates: the strictest one's threshold (MAX needs full coverage).
     both = HOP.replace("SUM(speed) AS total", "SUM(speed) AS total, MAX(speed) AS top")
     query = hw.sql(both, tables={"S": _source(stream, QualityWatermark(0.05, 0.05))})
-    assert query.plan.streams[0].watermark.lambda_thr == 1.0
+    assert resolved(query.plan.streams[0]).lambda_thr == 1.0
 
 
 def _replay_file(stream: pd.DataFrame, path) -> None:
@@ -368,7 +375,7 @@ def test_a_session_query_cannot_be_corrected(stream, tmp_path):
 
 
 def test_spark_file_streams_refuse_the_options(tmp_path):
-    from headwater.sql.spark import spark_source
+    from headwater.sql.execute.spark import spark_source
 
     (create,) = parse(
         "CREATE TABLE S (ts TIMESTAMP, v BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) "

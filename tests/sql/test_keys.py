@@ -1,5 +1,5 @@
 """Streaming SQL outside windows (issue 16): a query maintained per value of its
-maintenance key (:mod:`headwater.sql.keys`) is, at every processing time, the
+maintenance key (:mod:`headwater.sql.plan.keys`) is, at every processing time, the
 same query run bounded (DuckDB) over the rows arrived and not dropped.
 
 The replay has repeated items and bidders, a late row (dropped by windowed
@@ -23,8 +23,8 @@ from sql_helpers import (
 
 from headwater.sql import read_replay, sql
 from headwater.sql.errors import SqlError
-from headwater.sql.keys import KeyKind
-from headwater.sql.local import run_stream
+from headwater.sql.execute.local import run_stream
+from headwater.sql.plan.keys import KeyKind
 
 DAY = "2024-01-01"
 BID_COLUMNS = ("bidtime", "price", "item", "bidder", "auction")
@@ -144,8 +144,8 @@ def tables(tmp_path_factory) -> dict:
 def bounded(query: str, tables: dict, as_of: int | None, dropped=None) -> pd.DataFrame:
     """The query run bounded by DuckDB over the rows arrived by ``as_of`` (less
     those the run dropped as late); a windowing TVF in the bounded translation."""
-    from headwater.sql.catalog import PTIME
-    from headwater.sql.query import SqlQuery
+    from headwater.sql.execute.query import SqlQuery
+    from headwater.sql.plan.catalog import PTIME
 
     plan = SqlQuery(query, tables).plan
     con = duckdb.connect()
@@ -164,8 +164,8 @@ def bounded(query: str, tables: dict, as_of: int | None, dropped=None) -> pd.Dat
             frame = frame.merge(marked, how="left", on=keys)
             frame = frame[frame["__late"].isna()].drop(columns="__late")
         con.register(name, frame.drop(columns=[PTIME]))
-    from headwater.sql.local import columns_of
-    from headwater.sql.translate import to_engine_sql
+    from headwater.sql.execute.local import columns_of
+    from headwater.sql.plan.translate import to_engine_sql
 
     return con.sql(to_engine_sql(plan.query, "duckdb", columns_of(plan))).df()
 
@@ -270,7 +270,7 @@ def test_spread_over_keys_is_not_one_group(tables) -> None:
 
 @pytest.fixture(scope="module")
 def spark_key_runs(spark, tables) -> dict:
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     names = ["dedup", "group_by", "join", "global_count", "windowed_distinct", "hop_self_join"]
 
@@ -308,8 +308,8 @@ def test_keyed_state_spreads_over_shards(spark, tables, name: str) -> None:
     column) is the key's values, which the Spark runner's shards divide (before,
     Hop windows and unwindowed groups had the one key "0": one shard)."""
     from headwater.runners.spark.shard import shard_column
-    from headwater.sql.local import compile_sql, is_keyed, union_rows
-    from headwater.sql.maintain import KEY
+    from headwater.sql.execute.local import compile_sql, is_keyed, union_rows
+    from headwater.sql.maintain.groups import KEY
 
     plan = sql(QUERIES[name], tables=tables).plan
     assert is_keyed(plan)

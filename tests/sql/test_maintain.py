@@ -10,7 +10,7 @@ from headwater.model.reducer import Reducer
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.windows import FixedWindows, Sessions
-from headwater.sql.changelog import Materializer
+from headwater.sql.maintain.changelog import Materializer
 
 MINUTE = 60_000
 

@@ -30,9 +30,9 @@ from sql_helpers import (
 from sqlglot import exp
 
 from headwater.sql import cli, read_replay, sql
-from headwater.sql.dialect import parse_query
 from headwater.sql.errors import SqlError
-from headwater.sql.replay import millis
+from headwater.sql.execute.replay import millis
+from headwater.sql.parse.dialect import parse_query
 
 DATA = Path(__file__).parent / "data" / "paper"
 CASES = yaml.safe_load((DATA / "expected.yaml").read_text(encoding="utf-8"))
@@ -150,7 +150,7 @@ def run_key(case: dict) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def spark_paper_runs(spark) -> dict:
     """One streaming run per distinct query and trigger, all at once."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     first = {}
     for case in STREAM_CASES:

@@ -91,7 +91,7 @@ def test_unknown_column(request, kind: str, where: str) -> None:
 
 @pytest.mark.spark
 def test_unknown_column_on_spark(spark, table) -> None:
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     text = UNKNOWN_COLUMNS["select"]
     with pytest.raises(SqlError) as info:
@@ -124,7 +124,7 @@ def test_unknown_function(request, kind: str, where: str) -> None:
 @pytest.mark.spark
 def test_unknown_function_on_spark(spark, stream, table) -> None:
     """The validation is the runners' shared one: the same error on Spark."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     text = UNKNOWN_FUNCTIONS["select"][0]
     for tables in (stream, table):

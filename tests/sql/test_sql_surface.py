@@ -92,7 +92,7 @@ def test_order_by_and_limit_on_a_table_view(tables) -> None:
 
 @pytest.fixture(scope="module")
 def spark_surface_runs(spark, tables) -> dict:
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     def job(name: str):
         text = _query(QUERIES[name], "EMIT STREAM")

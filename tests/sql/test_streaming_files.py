@@ -15,9 +15,9 @@ import pytest
 from headwater.io.sinks import fan_out, parquet_sink
 from headwater.io.sinks.relation import RelationSink
 from headwater.model.watermarks import BoundedOutOfOrderness
-from headwater.sql.catalog import Table
+from headwater.sql.execute.spark import SparkSqlQuery
+from headwater.sql.plan.catalog import Table
 from headwater.sql.script import run_script
-from headwater.sql.spark import SparkSqlQuery
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

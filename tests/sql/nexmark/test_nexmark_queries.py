@@ -42,9 +42,10 @@ REFUSED = {
     "q13": ('syntax error at or near "FOR"', "FOR SYSTEM_TIME AS OF (a lookup join)"),
     "q14": ("headwater does not run CREATE statements", "CREATE FUNCTION (a Java UDF)"),
 }
-#: query -> (the error, why): queries that run since the maintenance keys (sql/keys.py)
-#: but are not yet checked against a DuckDB reference (none written yet, or the
-#: comparison itself fails); each flips to a failure once it is checked.
+#: query -> (the error, why): queries that run since the maintenance keys
+#: (headwater/sql/plan/keys.py) but are not yet checked against a DuckDB reference
+#: (none written yet, or the comparison itself fails); each flips to a failure once
+#: it is checked.
 UNCHECKED = {
     "q4": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),
     "q5": (KeyError, "runs (keyed maintenance); its DuckDB reference is not written yet"),

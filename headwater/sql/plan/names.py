@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from headwater.sql.errors import SqlError, position
-from headwater.sql.planner import WINDOW_COLUMNS, QueryPlan
+from headwater.sql.plan.planner import WINDOW_COLUMNS, QueryPlan
 
 
 def _defined(query: exp.Expr) -> set[str]:

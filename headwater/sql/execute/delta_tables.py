@@ -17,8 +17,8 @@ the option.
 from __future__ import annotations
 
 from headwater.io.sinks.delta import DeltaSink
-from headwater.sql.ddl import SourceDef
 from headwater.sql.errors import SqlError
+from headwater.sql.parse.ddl import SourceDef
 
 SINK_OPTIONS = frozenset({"connector", "path", "key.fields"})
 

@@ -9,13 +9,12 @@ import pandas as pd
 from sqlglot import exp
 
 from headwater.model.schema import RAW_RECORD_COLUMNS
-from headwater.sql.aggregate import describe_path
-from headwater.sql.batch import BatchQuery
-from headwater.sql.catalog import Catalog, Table, as_replay
-from headwater.sql.correct import correct
-from headwater.sql.dialect import Headwater, parse_query
+from headwater.model.watermarks import WatermarkStrategy
 from headwater.sql.errors import SqlError, position
-from headwater.sql.local import (
+from headwater.sql.execute.aggregate_local import describe_path
+from headwater.sql.execute.correct import correct
+from headwater.sql.execute.hybrid import quality_driven
+from headwater.sql.execute.local import (
     SqlPlan,
     SqlRun,
     bounded_frames,
@@ -24,7 +23,11 @@ from headwater.sql.local import (
     run_stream,
     validate,
 )
-from headwater.sql.planner import QueryPlan, analyze
+from headwater.sql.maintain.batch import BatchQuery
+from headwater.sql.parse.dialect import Headwater, parse_query
+from headwater.sql.plan.catalog import Catalog, Table, as_replay
+from headwater.sql.plan.planner import QueryPlan, analyze
+from headwater.sql.plan.quality import QualityQuery
 
 
 def as_table(name: str, value: Any) -> Table:
@@ -132,6 +135,15 @@ class SqlQuery:
         """A bounded query's dead letters: its rows of NULL event time."""
         return bounded_frames(self.plan)[1]
 
+    def watermark(self, table: str) -> WatermarkStrategy | None:
+        """The watermark strategy the stream ``table`` runs with in this query: a
+        quality-driven one with the estimates it takes from the stream's rows."""
+        for t in self.plan.streams:
+            if t.name.lower() == table.lower():
+                return quality_driven(t) if isinstance(t.watermark, QualityQuery) else t.watermark
+        streams = ", ".join(repr(t.name) for t in self.plan.streams) or "none"
+        raise SqlError(f"the query reads no stream {table!r} (its streams: {streams})")
+
     def explain(self) -> str:
         """How the query runs: its tables, event-time groups, EMIT trigger and
         path (the windowed-aggregate fast path, or the general path and why)."""
@@ -156,7 +168,7 @@ class SqlQuery:
 
 def _describe_batch(plan: QueryPlan) -> str:
     """Whether the general path evaluates a step's fired groups by one query, and
-    why not (:mod:`headwater.sql.batch`)."""
+    why not (:mod:`headwater.sql.maintain.batch`)."""
     compiled = compile_sql(plan, fast=False)
     batch = compiled.maintainer.batch if isinstance(compiled, SqlPlan) else None
     if isinstance(batch, BatchQuery):

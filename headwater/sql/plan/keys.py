@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from headwater.sql.catalog import Catalog, Table
-from headwater.sql.ddl import interval_ms
-from headwater.sql.dialect import WindowTVF
 from headwater.sql.errors import SqlError
-from headwater.sql.translate import window_names
+from headwater.sql.parse.ddl import interval_ms
+from headwater.sql.parse.dialect import WindowTVF
+from headwater.sql.plan.catalog import Catalog, Table
+from headwater.sql.plan.translate import window_names
 
 #: Names of the window columns the TVFs add (the paper's, then Flink's).
 WINDOW_COLUMNS = frozenset({"wstart", "wend", "window_start", "window_end", "window_time"})

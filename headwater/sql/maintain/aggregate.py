@@ -29,13 +29,13 @@ from headwater.model.combiners import CombineFn, Count, CountDistinct, Max, Min,
 from headwater.model.schema import Field
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, INT64, STRING
-from headwater.sql.aggregate_shape import Shape, bare
-from headwater.sql.aggregate_state import AT, GroupRows
-from headwater.sql.changelog import GROUP_COLUMNS
 from headwater.sql.errors import SqlError
-from headwater.sql.maintain import logical_type, sql_typed
-from headwater.sql.planner import QueryPlan
-from headwater.sql.translate import GROUP_RELATION, to_engine_sql
+from headwater.sql.maintain.aggregate_state import AT, GroupRows
+from headwater.sql.maintain.changelog import GROUP_COLUMNS
+from headwater.sql.maintain.groups import logical_type, sql_typed
+from headwater.sql.plan.fast_path import Shape, bare
+from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.translate import GROUP_RELATION, to_engine_sql
 
 #: The relation a step's panes are registered as in the projection query.
 PANES = "__panes"
@@ -214,7 +214,7 @@ class AggregateMaintainer:
 
     def decode(self, keys: np.ndarray) -> dict[str, pa.Array]:
         """The GROUP BY columns of each key (one column: its value; several: a JSON
-        object, see :func:`headwater.sql.aggregate.compile_aggregate`)."""
+        object, see :func:`headwater.sql.execute.aggregate_local.compile_aggregate`)."""
         if not self.group:
             return {}
         carried = [pa.int64() if pa.types.is_timestamp(t) else t for t in self.group_types]

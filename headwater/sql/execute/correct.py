@@ -37,13 +37,13 @@ from headwater.model.correction import correction_points
 from headwater.model.schema import DropReason
 from headwater.model.time import MIN_TIMESTAMP, to_millis
 from headwater.model.windows import Sessions
-from headwater.sql.catalog import GAMMA_MS, PTIME, Corrections, Table, event_millis
-from headwater.sql.changelog import GROUP_COLUMNS, Materializer, in_order, member_of
-from headwater.sql.ddl import SourceDef
-from headwater.sql.emit import Materialization
 from headwater.sql.errors import SqlError
-from headwater.sql.local import SqlRun, run_stream
-from headwater.sql.planner import QueryPlan
+from headwater.sql.execute.local import SqlRun, run_stream
+from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer, in_order, member_of
+from headwater.sql.parse.ddl import SourceDef
+from headwater.sql.plan.catalog import GAMMA_MS, PTIME, Corrections, Table, event_millis
+from headwater.sql.plan.emit import Materialization
+from headwater.sql.plan.planner import QueryPlan
 
 #: Event-time span of one archive directory (``bucket=<event time // BUCKET_MS>``).
 BUCKET_MS = 60_000

@@ -4,7 +4,7 @@ event-time groups that fire in a step at once.
 A query's result over several groups is the union of its result per group,
 so it can run once over the groups' rows together when every operator keeps
 the groups apart. The rewrite (of the DuckDB text of
-:func:`~headwater.sql.translate.to_engine_sql`, ``mode="group"``) gives every
+:func:`~headwater.sql.plan.translate.to_engine_sql`, ``mode="group"``) gives every
 stream relation a group id column ``__gid`` and carries it through the
 query: into every GROUP BY and window PARTITION BY, every derived relation's
 SELECT list (so DISTINCT and UNION / INTERSECT / EXCEPT compare within a
@@ -29,7 +29,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from headwater.sql.translate import GROUP_RELATION
+from headwater.sql.plan.translate import GROUP_RELATION
 
 #: The group id column of every stream relation and of the batched output.
 GID = "__gid"

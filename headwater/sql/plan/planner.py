@@ -1,7 +1,7 @@
 """From a parsed query to what runs: its tables, its groups, its EMIT.
 
 A streaming query is maintained per group of rows, by its maintenance key
-(:mod:`headwater.sql.keys`: what every operator combining rows partitions by).
+(:mod:`headwater.sql.plan.keys`: what every operator combining rows partitions by).
 Keyed by window bounds, groups are the windows of its windowing table
 functions (all of one query share one windowing) and a group's result is the
 query over the group's rows with the window columns set to the group's bounds
@@ -27,12 +27,12 @@ from headwater.model.windows import (
     SlidingWindows,
     WindowFn,
 )
-from headwater.sql.catalog import Catalog, Table
-from headwater.sql.dialect import WindowTVF, position
-from headwater.sql.emit import Materialization
 from headwater.sql.errors import SqlError
-from headwater.sql.hybrid import resolve_watermarks
-from headwater.sql.keys import WINDOW_COLUMNS, KeyKind, MaintenanceKey, derive_key
+from headwater.sql.parse.dialect import WindowTVF, position
+from headwater.sql.plan.catalog import Catalog, Table
+from headwater.sql.plan.emit import Materialization
+from headwater.sql.plan.keys import WINDOW_COLUMNS, KeyKind, MaintenanceKey, derive_key
+from headwater.sql.plan.quality import plan_quality
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
         key = derive_key(query, catalog, windowed, size)
         window_fn, group_mode = _groups(query, key, windowing, windowed)
         at = tvfs[0] if tvfs else query
-        streams = resolve_watermarks(query, streams, windowing[0] if tvfs else None, at)
+        streams = plan_quality(query, streams, windowing[0] if tvfs else None, at)
     group_query, order = _split_order(query, emit, bool(streams))
     return QueryPlan(
         name=name,

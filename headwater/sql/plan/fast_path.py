@@ -1,4 +1,5 @@
-"""Which queries the windowed-aggregate fast path runs (:mod:`headwater.sql.aggregate`).
+"""Which queries the windowed-aggregate fast path runs
+(:mod:`headwater.sql.execute.aggregate_local`).
 
 A query is a plain windowed aggregate over one stream when it is a single
 SELECT from the stream or one windowing TVF over it (a session only when keyed
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from headwater.sql.catalog import Table
-from headwater.sql.dialect import WindowTVF
-from headwater.sql.planner import QueryPlan
-from headwater.sql.translate import window_names
+from headwater.sql.parse.dialect import WindowTVF
+from headwater.sql.plan.catalog import Table
+from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.translate import window_names
 
 _ENABLED = [True]
 

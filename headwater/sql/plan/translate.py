@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-from headwater.sql.dialect import WindowTVF
+from headwater.sql.parse.dialect import WindowTVF
 
 #: The relation that holds the bounds of the group being evaluated (group mode).
 GROUP_RELATION = "__group"

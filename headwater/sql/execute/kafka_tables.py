@@ -29,9 +29,9 @@ from headwater.io.kafka import KafkaSource, read_pandas
 from headwater.io.sinks.kafka import KafkaSink
 from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness
-from headwater.sql.catalog import PTIME, Table
-from headwater.sql.ddl import SourceDef
 from headwater.sql.errors import SqlError
+from headwater.sql.parse.ddl import SourceDef
+from headwater.sql.plan.catalog import PTIME, Table
 
 CONNECTORS = ("kafka", "upsert-kafka")
 SOURCE_OPTIONS = frozenset(

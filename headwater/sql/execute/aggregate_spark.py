@@ -2,10 +2,10 @@
 
 The stream (a Spark streaming DataFrame, or a recorded replay played through
 the replay source) is pre-projected with Spark SQL expressions
-(:class:`~headwater.sql.aggregate.Projection`: the GROUP BY key, the WHERE
+(:class:`~headwater.sql.execute.aggregate_local.Projection`: the GROUP BY key, the WHERE
 flag, the aggregates' arguments), then runs the model's windowed plan with real
 combiners on the streaming runner (combiner lifting where valid), with the
-query's :class:`~headwater.sql.aggregate_maintain.AggregateMaintainer` as the pane
+query's :class:`~headwater.sql.maintain.aggregate.AggregateMaintainer` as the pane
 transform of every shard: each shard turns the panes of a micro-batch into
 changelog rows with one DuckDB query and keeps its groups' last results (only
 those of windows the model still holds) in Spark's state store.
@@ -40,12 +40,12 @@ from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.types import of_spark
-from headwater.sql.aggregate import ET, KEY, ROW, AggregatePlan, carried
-from headwater.sql.aggregate import dead_letters as sql_dead_letters
-from headwater.sql.catalog import PTIME, event_millis
 from headwater.sql.errors import SqlError
-from headwater.sql.local import SqlRun, steps_of
-from headwater.sql.permissive import CARRIED, event_time_sql, letter_columns
+from headwater.sql.execute.aggregate_local import ET, KEY, ROW, AggregatePlan, carried
+from headwater.sql.execute.aggregate_local import dead_letters as sql_dead_letters
+from headwater.sql.execute.local import SqlRun, steps_of
+from headwater.sql.execute.permissive import CARRIED, event_time_sql, letter_columns
+from headwater.sql.plan.catalog import PTIME, event_millis
 
 #: Columns of the replay source that the pre-projection passes through.
 _REPLAY_COLUMNS = ("kind", "proc_ms", "watermark_ms")
@@ -68,7 +68,8 @@ def _spark_type(t: pa.DataType) -> str:
 def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry: bool = False):
     """The pre-projection of the stream ``df`` (the stream's own columns): key,
     WHERE flag, aggregate arguments and the event time ``__et``; with ``carry``,
-    the row's columns for its dead letters (:func:`~headwater.sql.aggregate.carried`)."""
+    the row's columns for its dead letters
+    (:func:`~headwater.sql.execute.aggregate_local.carried`)."""
     items = [*sql.projection.select("spark")]
     table = sql.shape.stream
     items.append(f"{event_time_sql(table, f'`{table.event_time}`')} AS {ET}")

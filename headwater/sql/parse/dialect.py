@@ -23,8 +23,8 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, Tokenizer, TokenType
 
-from headwater.sql.ddl import SourceDef, interval_ms, interval_sql, source_def
 from headwater.sql.errors import SqlError, position, token_position
+from headwater.sql.parse.ddl import SourceDef, interval_ms, interval_sql, source_def
 
 __all__ = [
     "Emit",

@@ -17,9 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from headwater.model.slack import SlackStrategy, slack_trace
-from headwater.model.time import MIN_TIMESTAMP
-from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
+from headwater.model.watermarks import Punctuated, WatermarkStrategy
 from headwater.sql.errors import SqlError
 
 #: Column of a replayed table's rows: their processing time (epoch ms).
@@ -35,7 +33,7 @@ GAMMA_MS = 5_000
 class Corrections:
     """Archive a stream's rows under ``archive`` (a directory per table) and correct
     the dead letters of the queries that read it once they span more than
-    ``gamma`` ms of event time (:mod:`headwater.sql.correct`)."""
+    ``gamma`` ms of event time (:mod:`headwater.sql.execute.correct`)."""
 
     archive: str
     gamma: int = GAMMA_MS
@@ -47,8 +45,8 @@ class Table:
     :data:`PTIME`); ``spark`` a Spark DataFrame; ``watermarks`` a replay's
     watermark events (columns ``ptime``, ``watermark``, epoch ms);
     ``correction``: archive the rows and correct the dead letters of a query
-    that reads the stream (:mod:`headwater.sql.correct`); ``rejects``: lines of
-    its files that are not records (:mod:`headwater.sql.files`), dead letters of
+    that reads the stream (:mod:`headwater.sql.execute.correct`); ``rejects``: lines of
+    its files that are not records (:mod:`headwater.sql.execute.files`), dead letters of
     every query that reads it."""
 
     name: str
@@ -155,46 +153,6 @@ def _arrow_type(column: pd.Series) -> pa.DataType:
     if pd.api.types.is_datetime64_any_dtype(column):
         return pa.timestamp("ms")
     return pa.Array.from_pandas(column.iloc[:1000]).type
-
-
-def watermark_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:
-    """The table's watermark after each step (processing times ``ptimes``, sorted):
-    a K-slack strategy's, its replay's watermark events, or the largest event
-    time so far minus the declared delay."""
-    if isinstance(table.watermark, SlackStrategy) and table.frame is not None:
-        return _slack_after_steps(table, ptimes)
-    out = np.full(len(ptimes), MIN_TIMESTAMP, dtype=np.int64)
-    if table.watermarks is not None and len(table.watermarks):
-        wm = table.watermarks.sort_values("ptime", kind="stable")
-        idx = np.searchsorted(wm["ptime"].to_numpy(np.int64), ptimes, side="right") - 1
-        marks = np.maximum.accumulate(wm["watermark"].to_numpy(np.int64))
-        out = np.where(idx >= 0, marks[np.maximum(idx, 0)], MIN_TIMESTAMP)
-        return out
-    if isinstance(table.watermark, BoundedOutOfOrderness) and table.frame is not None:
-        et = event_millis(table.frame[table.event_time])
-        arrival = table.frame[PTIME].to_numpy(np.int64)
-        order = np.argsort(arrival, kind="stable")
-        seen = np.maximum.accumulate(np.where(np.isnan(et[order]), -np.inf, et[order]))
-        idx = np.searchsorted(arrival[order], ptimes, side="right") - 1
-        top = np.where(idx >= 0, seen[np.maximum(idx, 0)], -np.inf)
-        valid = np.isfinite(top)
-        out[valid] = top[valid].astype(np.int64) - table.watermark.delay
-    return out
-
-
-def _slack_after_steps(table: Table, ptimes: np.ndarray) -> np.ndarray:
-    """A K-slack watermark: the stream is one shard, each processing time a batch of
-    its rows in arrival order (as the local runner replays a frame); a step without
-    rows of this table keeps the watermark of the last one that had some."""
-    et = event_millis(table.frame[table.event_time])
-    arrival = table.frame[PTIME].to_numpy(np.int64)
-    order = np.argsort(arrival, kind="stable")
-    order = order[~np.isnan(et[order])]  # a NULL event time is a dead letter
-    times, starts = np.unique(arrival[order], return_index=True)
-    batches = np.split(np.arange(len(order)), starts[1:])
-    marks = slack_trace(table.watermark, et[order].astype(np.int64), batches).watermarks
-    idx = np.searchsorted(times, ptimes, side="right") - 1
-    return np.where(idx >= 0, marks[np.maximum(idx, 0)], MIN_TIMESTAMP)
 
 
 def as_replay(frame: pd.DataFrame, arrival_time: str) -> pd.DataFrame:

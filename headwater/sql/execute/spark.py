@@ -4,9 +4,9 @@ A bounded query is one native Spark SQL plan: the windowing TVFs become Spark
 expressions (``unix_millis``, ``explode(sequence(...))``, window functions for
 sessions), the rest is Spark's own aggregates and joins.
 
-A streaming query runs its :class:`~headwater.sql.local.SqlPlan` on the
+A streaming query runs its :class:`~headwater.sql.execute.local.SqlPlan` on the
 Structured Streaming runner: the model's windowed plan over the union of its
-streams, with the query's :class:`~headwater.sql.maintain.GroupMaintainer` as
+streams, with the query's :class:`~headwater.sql.maintain.groups.GroupMaintainer` as
 the runner's pane transform, so each shard keeps its groups' rows and their
 last materialized results in Spark's state store. A recorded stream (a replay)
 is played through the replay source, one step per micro-batch.
@@ -41,11 +41,8 @@ from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
-from headwater.sql.calls import first_call
-from headwater.sql.catalog import RAW_RECORD, SOURCE_FILE, Table
-from headwater.sql.changelog import in_order
 from headwater.sql.errors import SqlError, position
-from headwater.sql.local import (
+from headwater.sql.execute.local import (
     NULL_KEY,
     SqlPlan,
     SqlRun,
@@ -58,13 +55,17 @@ from headwater.sql.local import (
     steps_of,
     union_rows,
 )
-from headwater.sql.local import (
+from headwater.sql.execute.local import (
     dead_letters as sql_dead_letters,
 )
-from headwater.sql.maintain import EVENT_TIME, KEY, SOURCE
-from headwater.sql.permissive import CARRIED, ERROR, event_time_sql
-from headwater.sql.query import SqlQuery
-from headwater.sql.translate import to_engine_sql
+from headwater.sql.execute.permissive import CARRIED, ERROR, event_time_sql
+from headwater.sql.execute.query import SqlQuery
+from headwater.sql.maintain.changelog import in_order
+from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
+from headwater.sql.plan.calls import first_call
+from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
+from headwater.sql.plan.quality import QualityQuery
+from headwater.sql.plan.translate import to_engine_sql
 
 
 def _spark_type(series: pd.Series) -> str:
@@ -177,7 +178,7 @@ class SparkSqlQuery(SqlQuery):
         stream asks for them, recompute from the archive as on the local runner)."""
         sql = compile_sql(self.plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
-            from headwater.sql.aggregate_spark import run_replay
+            from headwater.sql.execute.aggregate_spark import run_replay
 
             return run_replay(self.spark, sql, as_of)
         workdir = tempfile.mkdtemp(prefix="headwater-sql-")
@@ -262,7 +263,7 @@ class SparkSqlQuery(SqlQuery):
         _refuse_corrections(self.plan.streams)
         for table in self.plan.streams:
             table.check_spark_event_time()
-            if isinstance(table.watermark, SlackStrategy):
+            if isinstance(table.watermark, SlackStrategy | QualityQuery):
                 raise SqlError(
                     f"the Spark stream {table.name!r} has a {table.watermark.describe()} "
                     "watermark ('watermark' option): the Spark SQL runner takes a bounded "
@@ -273,7 +274,7 @@ class SparkSqlQuery(SqlQuery):
                 )
         sql = compile_sql(self.plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
-            from headwater.sql import aggregate_spark
+            from headwater.sql.execute import aggregate_spark
 
             return aggregate_spark.start(
                 sql,
@@ -379,7 +380,7 @@ def _group_key(F, plan, ts, table):
 
 
 def _key_text(F, df, column: str):
-    """A key column's text as :func:`~headwater.sql.local.key_text` writes it."""
+    """A key column's text as :func:`~headwater.sql.execute.local.key_text` writes it."""
     from pyspark.sql import types as T
 
     kind = df.schema[column].dataType
@@ -423,7 +424,7 @@ def _ddl(columns: Mapping[str, str]) -> str:
 def spark_source(d, options: Mapping[str, Any]) -> Table:
     """A script's source on Spark: a directory is a stream of the files arriving
     in it; a file, a bounded table; a replay, a recorded stream."""
-    from headwater.sql.sources import local_source
+    from headwater.sql.execute.sources import local_source
 
     fmt, path = d.options.get("format", "").lower(), d.options.get("path", "")
     if fmt == "replay" or not os.path.isdir(path):
@@ -464,7 +465,8 @@ def spark_source(d, options: Mapping[str, Any]) -> Table:
     )
 
 
-#: Option prefixes of the hybrid model (:mod:`headwater.sql.hybrid`, :mod:`headwater.sql.correct`).
+#: Option prefixes of the hybrid model (:mod:`headwater.sql.execute.hybrid`,
+#: :mod:`headwater.sql.execute.correct`).
 _HYBRID = ("quality.", "correction.")
 
 

@@ -3,7 +3,7 @@ materialized last and its next ``ver``.
 
 A group of a plain windowed aggregate (GROUP BY columns, window) has at most
 one result row, so the multiset difference of
-:class:`~headwater.sql.changelog.Materializer` reduces to a few merges per step
+:class:`~headwater.sql.maintain.changelog.Materializer` reduces to a few merges per step
 over the groups that fired.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headwater.sql.changelog import CHANGE_COLUMNS, GROUP_COLUMNS, in_order
+from headwater.sql.maintain.changelog import CHANGE_COLUMNS, GROUP_COLUMNS, in_order
 
 #: The position of a fired group in a step's panes: results are matched by it.
 AT = "__hw_at"
@@ -22,7 +22,7 @@ class GroupRows:
     """What each group materialized last and its next ``ver``: the changelog of a
     windowed aggregate, whose groups have at most ONE result row each.
 
-    The same changelog as :class:`~headwater.sql.changelog.Materializer` (a
+    The same changelog as :class:`~headwater.sql.maintain.changelog.Materializer` (a
     fired group whose row changed withdraws the old row, then adds the new; an
     unchanged one adds nothing; ``ver`` continues per group), computed with a
     few merges per step instead of a multiset difference over every group.

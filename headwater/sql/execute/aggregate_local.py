@@ -1,7 +1,7 @@
 """The fast path of a plain windowed aggregate: real combiners, one vectorized
 projection per step.
 
-The general path (:mod:`headwater.sql.local`, :mod:`headwater.sql.maintain`)
+The general path (:mod:`headwater.sql.execute.local`, :mod:`headwater.sql.maintain.groups`)
 keeps every row of an event-time group and recomputes a fired group's result
 with one DuckDB call per group: exact for joins and Top-N, slow for a big
 windowed aggregate. A query of the shape
@@ -13,7 +13,7 @@ windowed aggregate. A query of the shape
     [HAVING <condition over group columns and aggregates>]
 
 over one stream ``s`` (no join, subquery, DISTINCT or window function; a raw
-stream grouped by its event-time column; :mod:`headwater.sql.aggregate_shape`
+stream grouped by its event-time column; :mod:`headwater.sql.plan.fast_path`
 decides) runs here instead:
 
 1. **pre-projection**, row-wise, before the model: the GROUP BY columns as the
@@ -22,14 +22,14 @@ decides) runs here instead:
    fails ``WHERE``: the row still reaches its group, so that triggers, lateness
    and dead letters see exactly the rows the general path sees). DuckDB over
    the rows locally, Spark SQL expressions on a streaming DataFrame on Spark
-   (:mod:`headwater.sql.aggregate_spark`).
+   (:mod:`headwater.sql.execute.aggregate_spark`).
 2. **the model**: one windowed plan keyed by the GROUP BY columns with real
    combiners (``Sum``, ``Count``, ``Min``, ``Max``, ``CountDistinct``; ``AVG`` is
    a sum and a non-null count), so a group's state is its accumulators.
-3. **a pane transform** (:mod:`headwater.sql.aggregate_maintain`) that turns
+3. **a pane transform** (:mod:`headwater.sql.maintain.aggregate`) that turns
    ALL panes fired in a step into result rows with ONE DuckDB query and diffs
    them with what each group materialized last into the changelog
-   (:mod:`headwater.sql.aggregate_state`).
+   (:mod:`headwater.sql.maintain.aggregate_state`).
 
 The event-time group of the fast path is (GROUP BY columns, window): ``ver``
 counts the changelog rows of such a group, and ``EMIT AFTER DELAY`` delays
@@ -68,11 +68,11 @@ from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
-from headwater.sql.aggregate_maintain import AggregateMaintainer, Call
-from headwater.sql.aggregate_shape import AGGREGATES, Shape, analyze_shape, bare, enabled
-from headwater.sql.catalog import PTIME, Table, event_millis
 from headwater.sql.errors import SqlError
-from headwater.sql.planner import QueryPlan
+from headwater.sql.maintain.aggregate import AggregateMaintainer, Call
+from headwater.sql.plan.catalog import PTIME, Table, event_millis
+from headwater.sql.plan.fast_path import AGGREGATES, Shape, analyze_shape, bare, enabled
+from headwater.sql.plan.planner import QueryPlan
 
 #: Columns of the pre-projected rows (the model's input).
 KEY, ET, KEEP = "__gkey", "__et", "__keep"
@@ -130,7 +130,7 @@ class Projection:
 @dataclass(frozen=True)
 class AggregatePlan:
     """A windowed aggregate as the fast path runs it (the counterpart of
-    :class:`~headwater.sql.local.SqlPlan`): the pre-projection, the model's
+    :class:`~headwater.sql.execute.local.SqlPlan`): the pre-projection, the model's
     windowing and combiners over it, and the transform of its panes."""
 
     query: QueryPlan
@@ -340,7 +340,7 @@ def local_rows(sql: AggregatePlan) -> pd.DataFrame:
 
 def run_local(sql: AggregatePlan, steps_of, as_of: int | None = None):
     """Replay the stream through the fast path, step by step, as
-    :func:`headwater.sql.local.run_stream` does (``steps_of``: its steps). Returns
+    :func:`headwater.sql.execute.local.run_stream` does (``steps_of``: its steps). Returns
     the result columns, the changelog (with group columns) and the dead letters."""
     plan = sql.query
     rows = local_rows(sql)
@@ -405,7 +405,7 @@ def dead_letters(sql: AggregatePlan, dropped: pd.DataFrame) -> pd.DataFrame:
     """Dead letters of the fast path from the model's dropped frame (columns
     ``key``, ``timestamp``, ``window_start``, ``window_end``, ``reason``; a
     lifted drop on Spark also ``elements``), with the general path's columns
-    in its order (:func:`headwater.sql.local.dead_letters`): query, table,
+    in its order (:func:`headwater.sql.execute.local.dead_letters`): query, table,
     reason, window, then every column of the stream, with the row's own values
     (the model carries each row's :data:`ROW`).
 

@@ -4,7 +4,7 @@ for event-time groups, triggers and lateness.
 A bounded query is one DuckDB query over the tables (windowing TVFs expanded).
 A streaming query compiles to a :class:`SqlPlan`: a windowed plan of the model
 over the union of its streams (every column collected per event-time group)
-and a :class:`~headwater.sql.maintain.GroupMaintainer` that turns fired groups
+and a :class:`~headwater.sql.maintain.groups.GroupMaintainer` that turns fired groups
 into the changelog. Here its recorded streams are replayed step by step: all
 lines of one processing time form a step (rows added and watermarks advanced,
 then the timers due at that time fire).
@@ -29,15 +29,11 @@ from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.watermarks import END_OF_INPUT
 from headwater.model.windows import FixedWindows, SlidingWindows
-from headwater.sql.aggregate import AggregatePlan, try_compile
-from headwater.sql.aggregate_shape import enabled
-from headwater.sql.calls import argument_error
-from headwater.sql.catalog import PTIME, event_millis, watermark_after_steps
-from headwater.sql.changelog import GROUP_COLUMNS, table_view
-from headwater.sql.dialect import WindowTVF
 from headwater.sql.errors import SqlError, position
-from headwater.sql.keys import KeyKind
-from headwater.sql.maintain import (
+from headwater.sql.execute.aggregate_local import AggregatePlan, try_compile
+from headwater.sql.execute.watermarks import watermark_after_steps
+from headwater.sql.maintain.changelog import GROUP_COLUMNS, table_view
+from headwater.sql.maintain.groups import (
     EVENT_TIME,
     KEY,
     SOURCE,
@@ -45,9 +41,14 @@ from headwater.sql.maintain import (
     StreamLayout,
     sql_typed,
 )
-from headwater.sql.names import check_names, known_columns
-from headwater.sql.planner import QueryPlan
-from headwater.sql.translate import to_engine_sql
+from headwater.sql.parse.dialect import WindowTVF
+from headwater.sql.plan.calls import argument_error
+from headwater.sql.plan.catalog import PTIME, event_millis
+from headwater.sql.plan.fast_path import enabled
+from headwater.sql.plan.keys import KeyKind
+from headwater.sql.plan.names import check_names, known_columns
+from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.translate import to_engine_sql
 
 
 @dataclass
@@ -245,7 +246,7 @@ class SqlPlan:
 
 def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True) -> SqlPlan:
     """The query's streaming plan. A plain windowed aggregate compiles to the fast
-    path (:mod:`headwater.sql.aggregate`: combiners, one projection per step)
+    path (:mod:`headwater.sql.execute.aggregate_local`: combiners, one projection per step)
     unless ``fast`` is False (default: on, off within ``general_path()``). The
     general path evaluates a step's groups by one query unless ``batched`` is False."""
     if enabled() if fast is None else fast:
@@ -368,7 +369,7 @@ def keyed_by_columns(plan: QueryPlan) -> bool:
 def run_stream(plan: QueryPlan, as_of: int | None = None, batched: bool = True) -> SqlRun:
     """Replay the query's streams up to processing time ``as_of`` (all when None).
     Corrections from an archive, when a stream asks for them, are applied on top
-    of this run (:func:`headwater.sql.correct.correct`). ``batched``: see
+    of this run (:func:`headwater.sql.execute.correct.correct`). ``batched``: see
     :func:`compile_sql`."""
     for table in plan.streams:
         if not table.is_replay:
@@ -455,7 +456,7 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
     """Dead letters of a query: the query, the table, why, the window, then the
     row's columns (those of every stream when none was dropped, so that the
     columns are the same as with rows; the fast path's are these too:
-    :func:`headwater.sql.aggregate.dead_letters`)."""
+    :func:`headwater.sql.execute.aggregate_local.dead_letters`)."""
     parts = []
     source = rows[SOURCE].to_numpy(np.int64) if len(rows) else np.zeros(0, np.int64)
     reasons = np.broadcast_to(np.asarray(reason, dtype=object), (len(rows),))

@@ -7,7 +7,7 @@ fire, :class:`GroupMaintainer` recomputes their result rows with DuckDB
 (the query with its windowing TVFs bound to the group's window) and diffs
 them against what was materialized last (:class:`Materializer`), which yields
 the changelog. All groups that fire in a step are evaluated by one DuckDB query
-over their rows together (:mod:`headwater.sql.batch`), or, for a query the
+over their rows together (:mod:`headwater.sql.maintain.batch`), or, for a query the
 batched form does not cover, one query per group. The same object runs inside
 the local runner and inside each shard of the Spark streaming runner, whose
 state store keeps its snapshot; ``expire`` trims it to the windows the model
@@ -28,10 +28,10 @@ import pyarrow as pa
 from headwater.model.schema import Field
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
-from headwater.sql.batch import GID, BatchQuery, plan_batch
-from headwater.sql.changelog import GROUP_COLUMNS, Materializer
 from headwater.sql.errors import SqlError
-from headwater.sql.translate import GROUP_RELATION
+from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
+from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer
+from headwater.sql.plan.translate import GROUP_RELATION
 
 #: Union input columns every stream row carries besides its own.
 SOURCE, EVENT_TIME, KEY = "__src", "__et", "__key"

@@ -2,7 +2,7 @@
 
 A replay file is JSON lines in processing-time order, each either
 ``{"ptime": "<ISO>", "row": {...}}`` or ``{"ptime": "<ISO>", "watermark": "<ISO>"}``.
-Lines with the same ptime form one step (see :mod:`headwater.sql.local`). Column
+Lines with the same ptime form one step (see :mod:`headwater.sql.execute.local`). Column
 types are inferred from the values (ISO strings in the event-time column are
 timestamps) unless ``CREATE TABLE`` names them.
 """
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from headwater.model.watermarks import Punctuated
-from headwater.sql.catalog import PTIME, Table
 from headwater.sql.errors import SqlError
-from headwater.sql.files import rejects, typed, with_guesses
+from headwater.sql.execute.files import rejects, typed, with_guesses
+from headwater.sql.plan.catalog import PTIME, Table
 
 
 class ReplayError(SqlError):

@@ -175,9 +175,9 @@ def _watermark_delay(column: exp.Column, bound: exp.Expr) -> int:
     return delay
 
 
-#: Options of CREATE TABLE ... WITH (...) (:mod:`headwater.sql.sources`), and the
-#: prefixes of those checked where they are read (:mod:`headwater.sql.hybrid`,
-#: :mod:`headwater.sql.correct`).
+#: Options of CREATE TABLE ... WITH (...) (:mod:`headwater.sql.execute.sources`), and the
+#: prefixes of those checked where they are read (:mod:`headwater.sql.execute.hybrid`,
+#: :mod:`headwater.sql.execute.correct`).
 OPTIONS = ("format", "path", "allowed_lateness", "watermark", "slack", "table")
 OPTION_PREFIXES = ("quality.", "correction.")
 #: Options that are durations, never negative.

@@ -3,15 +3,16 @@
 Sources (a table with ``WATERMARK FOR``, or ``'format'`` = parquet / csv / json
 / replay with a ``'path'``): ``replay`` is a recorded stream (JSON lines of
 rows and watermarks); parquet, csv and json are files, read here as they are
-(the Spark runner reads a directory as a stream: ``headwater.sql.spark``).
+(the Spark runner reads a directory as a stream: ``headwater.sql.execute.spark``).
 ``'allowed_lateness'`` sets a source's allowed lateness (``'5 minutes'``);
 ``'watermark'`` (and ``'slack'``, ``'quality.*'``) its watermark strategy
-(:mod:`headwater.sql.hybrid`); ``'correction.archive'`` (and
-``'correction.gamma'``) corrections of its dead letters (:mod:`headwater.sql.correct`).
+(:mod:`headwater.sql.execute.hybrid`); ``'correction.archive'`` (and
+``'correction.gamma'``) corrections of its dead letters (:mod:`headwater.sql.execute.correct`).
 Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
 ``table`` (the current rows in DuckDB or PostgreSQL, ``'table'`` naming it).
-Kafka tables (``'connector'`` = ``kafka`` / ``upsert-kafka``): :mod:`headwater.sql.kafka_tables`.
-Delta Lake sinks (``'connector'`` = ``delta``): :mod:`headwater.sql.delta_tables`.
+Kafka tables (``'connector'`` = ``kafka`` / ``upsert-kafka``):
+:mod:`headwater.sql.execute.kafka_tables`.
+Delta Lake sinks (``'connector'`` = ``delta``): :mod:`headwater.sql.execute.delta_tables`.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ from headwater.io.sinks import parquet_sink
 from headwater.io.sinks.relation import RelationSink
 from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness
-from headwater.sql.catalog import Table
-from headwater.sql.correct import corrections_option
-from headwater.sql.ddl import SourceDef
-from headwater.sql.delta_tables import delta_sink, is_delta
 from headwater.sql.errors import SqlError
-from headwater.sql.files import FileRead, no_rejects, read_csv, read_json_lines
-from headwater.sql.hybrid import watermark_option
-from headwater.sql.kafka_tables import is_kafka, kafka_sink, kafka_source
-from headwater.sql.replay import read_replay
+from headwater.sql.execute.correct import corrections_option
+from headwater.sql.execute.delta_tables import delta_sink, is_delta
+from headwater.sql.execute.files import FileRead, no_rejects, read_csv, read_json_lines
+from headwater.sql.execute.hybrid import watermark_option
+from headwater.sql.execute.kafka_tables import is_kafka, kafka_sink, kafka_source
+from headwater.sql.execute.replay import read_replay
+from headwater.sql.parse.ddl import SourceDef
+from headwater.sql.plan.catalog import Table
 
 SINK_FORMATS = ("changelog", "table")
 _READERS = {

@@ -1,9 +1,9 @@
 """Malformed lines of a Spark file stream as dead letters.
 
 Spark reads a CSV or JSON directory of a script in PERMISSIVE mode
-(:func:`headwater.sql.spark.spark_source`): a line it cannot parse (a wrong
+(:func:`headwater.sql.execute.spark.spark_source`): a line it cannot parse (a wrong
 number of fields, a value not of its column's type, not JSON) is a row whose
-:data:`~headwater.sql.catalog.RAW_RECORD` holds the line. Such a row travels
+:data:`~headwater.sql.plan.catalog.RAW_RECORD` holds the line. Such a row travels
 with a NULL event time, so the runner routes it to the dead letters (never to
 a window), carrying the line and its file; there it gets reason ``malformed``
 and the raw-record columns of :data:`~headwater.model.schema.RAW_RECORD_COLUMNS`
@@ -13,7 +13,7 @@ and the raw-record columns of :data:`~headwater.model.schema.RAW_RECORD_COLUMNS`
 from __future__ import annotations
 
 from headwater.model.schema import DropReason
-from headwater.sql.catalog import RAW_RECORD, SOURCE_FILE, Table
+from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
 
 #: Columns a permissive stream's rows carry to the runner's dead letters.
 CARRIED = (RAW_RECORD, SOURCE_FILE)
