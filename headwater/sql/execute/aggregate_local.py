@@ -64,11 +64,14 @@ from sqlglot import exp
 
 from headwater.model.combiners import CombineFn
 from headwater.model.reducer import Reducer
-from headwater.model.schema import DropReason
-from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
-from headwater.model.time import MIN_TIMESTAMP
 from headwater.sql.errors import SqlError
+from headwater.sql.execute.local_steps import (
+    NULL_EVENT_TIME,
+    DeadLetterForms,
+    StepInput,
+    replay,
+)
 from headwater.sql.maintain.aggregate import AggregateMaintainer, Call
 from headwater.sql.plan.catalog import PTIME, Table, event_millis
 from headwater.sql.plan.fast_path import AGGREGATES, Shape, analyze_shape, bare, enabled
@@ -342,48 +345,20 @@ def run_local(sql: AggregatePlan, steps_of, as_of: int | None = None):
     """Replay the stream through the fast path, step by step, as
     :func:`headwater.sql.execute.local.run_stream` does (``steps_of``: its steps). Returns
     the result columns, the changelog (with group columns) and the dead letters."""
-    plan = sql.query
     rows = local_rows(sql)
-    ptimes, marks = steps_of(plan, rows, as_of)
-    reducer = Reducer(sql.strategy, sql.aggregations)
-    maintainer = sql.maintainer
-    state = maintainer.restore(None)
-    null = np.isnan(rows[ET].to_numpy(np.float64))
-    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
-    reason = DropReason.NULL_EVENT_TIME.value
-    letters = [dead_letters(sql, _as_dropped(rows[null & arrived], reason))]
-    valid = rows[~null].sort_values(PTIME, kind="stable")
-    arrival = valid[PTIME].to_numpy(np.int64)
-    begin = np.searchsorted(arrival, ptimes, side="left")
-    end = np.searchsorted(arrival, ptimes, side="right")
-    values = [*sql.inputs, ROW]
-    changes = []
-    previous = MIN_TIMESTAMP
-    for i, ptime in enumerate(ptimes):
-        part = valid.iloc[begin[i] : end[i]]
-        bundle = None
-        if len(part):
-            ts = part[ET].to_numpy(np.float64).astype(np.int64)
-            bundle = Bundle(part[KEY].to_numpy(), ts, part[values].reset_index(drop=True))
-        wm = int(marks[i]) if marks[i] > previous else None
-        previous = max(previous, int(marks[i]))
-        emission = apply_step(reducer, MicroBatch(bundle, watermark=wm, now=int(ptime)))
-        if len(emission.dropped):
-            letters.append(dead_letters(sql, emission.dropped))
-        if len(emission.panes):
-            changes.append(maintainer.apply(emission.panes, int(ptime), state))
-        # every step, as the general path's replay does: both forget a group at the
-        # same step (a session's row may go before its merge is retracted)
-        maintainer.expire(state, reducer.settled())
-    full = [c for c in changes if len(c)]
-    changelog = (
-        pd.concat(full, ignore_index=True)
-        if full
-        else maintainer.apply(pd.DataFrame(), 0, maintainer.restore(None))
+    forms = DeadLetterForms(
+        null_event_time=lambda f: dead_letters(sql, _as_dropped(f, NULL_EVENT_TIME)),
+        dropped=lambda d: dead_letters(sql, d),
     )
-    full_letters = [x for x in letters if len(x)]
-    dead = pd.concat(full_letters, ignore_index=True) if full_letters else letters[0]
-    return maintainer.columns, changelog, dead
+    changelog, dead = replay(
+        StepInput(rows, ET, KEY, [*sql.inputs, ROW]),
+        steps_of(sql.query, rows, as_of),
+        Reducer(sql.strategy, sql.aggregations),
+        sql.maintainer,
+        forms,
+        as_of,
+    )
+    return sql.maintainer.columns, changelog, dead
 
 
 def _as_dropped(rows: pd.DataFrame, reason: str) -> pd.DataFrame:

@@ -45,6 +45,7 @@ from headwater.sql.execute.aggregate_local import ET, KEY, ROW, AggregatePlan, c
 from headwater.sql.execute.aggregate_local import dead_letters as sql_dead_letters
 from headwater.sql.execute.local import SqlRun, steps_of
 from headwater.sql.execute.permissive import CARRIED, event_time_sql, letter_columns
+from headwater.sql.execute.spark_collect import collect_to_end
 from headwater.sql.plan.catalog import PTIME, event_millis
 
 #: Columns of the replay source that the pre-projection passes through.
@@ -190,37 +191,12 @@ def run_replay(spark, sql: AggregatePlan, as_of: int | None = None, **options: A
 def collect(out, sql: AggregatePlan, checkpoint: str) -> SqlRun:
     """Run the streaming plan to the end of its input; its changelog and dead letters."""
     fields = [f.name for f in sql.maintainer.output_fields()]
-    parts: list[pd.DataFrame] = []
-    letters: list[pd.DataFrame] = []
-
-    def each_batch(batch, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            parts.append(changes(batch, fields).toPandas())
-            dropped = dead_letters(batch).toPandas()
-            if len(dropped):
-                letters.append(dropped)
-        finally:
-            batch.unpersist()
-
-    writer = (
-        out.writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-    )
-    with starting_query(out.sparkSession):
-        query = writer.start()
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
-    full = [p for p in parts if len(p)]
-    log = pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=fields)
-    log = log.sort_values(["ptime", "__gs", "__ge", "__gk", "ver"], kind="stable")
-    dropped = pd.concat(letters, ignore_index=True) if letters else pd.DataFrame()
+    run = collect_to_end(out, fields, checkpoint)
+    log = run.changelog.sort_values(["ptime", "__gs", "__ge", "__gk", "ver"], kind="stable")
     return SqlRun(
         sql.maintainer.columns,
         log[fields].reset_index(drop=True),
-        sql_dead_letters(sql, _model_drops(dropped)),
+        sql_dead_letters(sql, _model_drops(run.dead_letters)),
     )
 
 

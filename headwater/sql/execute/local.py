@@ -24,13 +24,17 @@ from sqlglot import exp
 from headwater.model.combiners import ToList
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
-from headwater.model.steps import Bundle, MicroBatch, apply_step
 from headwater.model.strategy import WindowingStrategy
-from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.watermarks import END_OF_INPUT
 from headwater.model.windows import FixedWindows, SlidingWindows
 from headwater.sql.errors import SqlError, position
 from headwater.sql.execute.aggregate_local import AggregatePlan, try_compile
+from headwater.sql.execute.local_steps import (
+    NULL_EVENT_TIME,
+    DeadLetterForms,
+    StepInput,
+    replay,
+)
 from headwater.sql.execute.watermarks import watermark_after_steps
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, table_view
 from headwater.sql.maintain.groups import (
@@ -382,42 +386,20 @@ def run_stream(plan: QueryPlan, as_of: int | None = None, batched: bool = True) 
 
 def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
     """The general path, step by step."""
-    plan = sql.query
     rows = union_rows(sql)
-    ptimes, marks = steps_of(plan, rows, as_of)
-    reducer = Reducer(sql.strategy, sql.aggregations)
-    state = sql.maintainer.restore(None)
-    null = np.isnan(rows[EVENT_TIME].to_numpy(np.float64))
-    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
-    letters = [dead_letters(rows[null & arrived], DropReason.NULL_EVENT_TIME.value, sql)]
-    valid = rows[~null].sort_values(PTIME, kind="stable")
-    arrival = valid[PTIME].to_numpy(np.int64)
-    begin = np.searchsorted(arrival, ptimes, side="left")
-    end = np.searchsorted(arrival, ptimes, side="right")
-    changes = []
-    previous = MIN_TIMESTAMP
-    values = [c for c in valid.columns if c in sql.aggregations]
-    for i, ptime in enumerate(ptimes):
-        part = valid.iloc[begin[i] : end[i]]
-        bundle = None
-        if len(part):
-            ts = part[EVENT_TIME].to_numpy(np.float64).astype(np.int64)
-            bundle = Bundle(part[KEY].to_numpy(), ts, part[values].reset_index(drop=True))
-        wm = int(marks[i]) if marks[i] > previous else None
-        previous = max(previous, int(marks[i]))
-        emission = apply_step(reducer, MicroBatch(bundle, watermark=wm, now=int(ptime)))
-        if len(emission.dropped):
-            letters.append(dead_letters(emission.dropped, emission.dropped["reason"], sql))
-        changes.append(sql.maintainer.apply(emission.panes, int(ptime), state))
-        sql.maintainer.expire(state, reducer.settled())
-    full = [c for c in changes if len(c)]
-    changelog = (
-        pd.concat(full, ignore_index=True)
-        if full
-        else sql.maintainer.apply(pd.DataFrame(), 0, state)
+    values = [c for c in rows.columns if c in sql.aggregations]
+    forms = DeadLetterForms(
+        null_event_time=lambda f: dead_letters(f, NULL_EVENT_TIME, sql),
+        dropped=lambda d: dead_letters(d, d["reason"], sql),
     )
-    full_letters = [d for d in letters if len(d)]
-    dead = pd.concat(full_letters, ignore_index=True) if full_letters else letters[0]
+    changelog, dead = replay(
+        StepInput(rows, EVENT_TIME, KEY, values),
+        steps_of(sql.query, rows, as_of),
+        Reducer(sql.strategy, sql.aggregations),
+        sql.maintainer,
+        forms,
+        as_of,
+    )
     return SqlRun(sql.maintainer.columns, changelog, dead)
 
 

@@ -60,6 +60,7 @@ from headwater.sql.execute.local import (
 )
 from headwater.sql.execute.permissive import CARRIED, ERROR, event_time_sql
 from headwater.sql.execute.query import SqlQuery
+from headwater.sql.execute.spark_collect import collect_to_end
 from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
@@ -539,27 +540,9 @@ def _with_raw_records(frame: pd.DataFrame, dropped: pd.DataFrame) -> pd.DataFram
 def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
     """Run the streaming query to the end of its input; its changelog and dead letters."""
     fields = [f.name for f in sql.maintainer.output_fields()]
-    parts: list[pd.DataFrame] = []
-    letters: list[pd.DataFrame] = []
-
-    def each_batch(batch, batch_id: int) -> None:
-        parts.append(changes(batch, fields).toPandas())
-        dropped = dead_letters(batch).toPandas()
-        if len(dropped):
-            letters.append(dropped)
-
-    writer = (
-        out.writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
-        .trigger(availableNow=True)
-    )
-    with starting_query(out.sparkSession):
-        query = writer.start()
-    query.awaitTermination()
-    full = [p for p in parts if len(p)]
-    log = pd.concat(full, ignore_index=True) if full else pd.DataFrame(columns=fields)
-    log = in_order(log)
-    dropped = pd.concat(letters, ignore_index=True) if letters else None
+    run = collect_to_end(out, fields, os.path.join(workdir, "checkpoint"))
+    log = in_order(run.changelog)
+    dropped = run.dead_letters if len(run.dead_letters) else None
     dead = sql_dead_letters(
         dropped if dropped is not None else pd.DataFrame(columns=[SOURCE]),
         dropped["reason"].to_numpy() if dropped is not None else [],
