@@ -3,11 +3,14 @@
 For each query (tests/sql/nexmark/queries/qN.sql, Flink's text with only its
 connectors replaced), headwater runs it as a script into a DuckDB table sink:
 on the local runner over the replay files, or on Spark (``--runner spark``)
-over the Parquet file streams (availableNow). On Spark, Spark's own Structured
-Streaming runs the hand-written q0 (projection), q1 (currency conversion) and
-q2 (filter) over the same files. Reported per engine: status (ran / refused with
-headwater's message / not written, with why), seconds, events per second per
-core (all generated events, as NEXMark counts them) and output rows. A progress
+over the Parquet file streams (availableNow). The other engines (``--engines``):
+``spark``, Spark's own Structured Streaming written by hand (nexmark_spark.py) over
+the same Parquet files; ``flink``, Flink's SQL on the same query text over the same
+events as CSV (nexmark_flink.py), each result checked against headwater's final
+table. Reported per engine: status (ran / refused with headwater's message / not
+written or failed, with why), seconds, events per second per core (all generated
+events, as NEXMark counts them) and output rows, then headwater's ratio to each
+other engine. A progress
 line per query (to stderr with ``--json``); at the end the status table as
 Markdown, or with ``--json`` one JSON object.
 """
@@ -28,8 +31,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from headwater.bench import HelpFormatter
+from headwater.bench import HelpFormatter, nexmark_spark
 from headwater.bench.nexmark_flink import flink_entries
+from headwater.bench.nexmark_spark import NATIVE_MISSING
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 from headwater.sql.errors import SqlError
@@ -42,15 +46,6 @@ ALL = [f"q{i}" for i in range(24)]
 CORES = {"local": 1, "spark": 2}
 ENGINES = ("headwater", "spark", "flink")
 _REPLAY = re.compile(r"'format' = 'replay', 'path' = '\$\{DATA\}/(\w+)\.jsonl'")
-#: Why Spark's own streaming query is not given for a query.
-NATIVE_MISSING = {
-    "q6": "not expressible: Spark streaming has no OVER windows (non-time-based windows)",
-    "q9": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-    "q12": "not expressible: Spark streaming has no processing-time windows",
-    "q13": "not expressible: Spark streaming has no processing-time temporal join",
-    "q18": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-    "q19": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -163,41 +158,24 @@ def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]
     }
 
 
-def _native_plans(F):
-    """Spark's own streaming query per query, from the ``bid`` stream."""
-    cols = ["auction", "bidder", "price", "dateTime", "extra"]
-    return {
-        "q0": lambda bid: bid.select(*cols),
-        "q1": lambda bid: bid.select(
-            "auction", "bidder", (F.lit(0.908) * F.col("price")).alias("price"), "dateTime", "extra"
-        ),
-        "q2": lambda bid: bid.where(F.col("auction") % 123 == 0).select("auction", "price"),
-    }
-
-
 def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
-    """Spark's own Structured Streaming query (availableNow, rows counted per batch)."""
-    from pyspark.sql import functions as F
-
+    """Spark's own Structured Streaming query (availableNow): rows counted per batch
+    (append), or the last batch's (complete: the final table)."""
     from headwater.runners.spark.timeline import spark_session
 
-    plan = _native_plans(F).get(name)
-    if plan is None:
-        return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
-    spark = spark_session()
-    schema = spark.read.parquet(str(data / "bid")).schema
-    bid = spark.readStream.schema(schema).parquet(str(data / "bid"))
     counted: list[int] = []
     started = time.perf_counter()
-    query = (
-        plan(bid)
-        .writeStream.foreachBatch(lambda df, _: counted.append(df.count()))
-        .option("checkpointLocation", str(work / f"native-checkpoint-{name}"))
-        .trigger(availableNow=True)
-        .start()
+    mode = nexmark_spark.run(
+        spark_session(),
+        name,
+        data,
+        work / f"native-checkpoint-{name}",
+        lambda df: counted.append(df.count()),
     )
-    query.awaitTermination()
-    return _timed(time.perf_counter() - started, total, CORES["spark"], sum(counted))
+    if mode is None:
+        return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
+    rows = counted[-1] if mode == "complete" and counted else sum(counted)
+    return _timed(time.perf_counter() - started, total, CORES["spark"], rows)
 
 
 def engines_of(args) -> list[str]:
