@@ -10,7 +10,7 @@
 # test run work offline), at an exact version: apache-flink $HEADWATER_FLINK (default
 # 2.3.0: Python 3.9-3.12, Java 11/17/21; the JVM it starts is the `java` on PATH, the
 # Java 17 Spark uses). `headwater bench nexmark --engines ...,flink --flink-python P`
-# runs headwater/bench/flink_nexmark.py with it. Only the result goes to stdout.
+# runs headwater/bench/baselines/flink_nexmark.py with it. Only the result goes to stdout.
 set -euo pipefail
 
 version="${HEADWATER_FLINK:-2.3.0}"

@@ -4,9 +4,9 @@ For each query (tests/sql/nexmark/queries/qN.sql, Flink's text with only its
 connectors replaced), headwater runs it as a script into a DuckDB table sink:
 on the local runner over the replay files, or on Spark (``--runner spark``)
 over the Parquet file streams (availableNow). The other engines (``--engines``):
-``spark``, Spark's own Structured Streaming written by hand (nexmark_spark.py) over
+``spark``, Spark's own Structured Streaming written by hand (baselines/nexmark_spark.py) over
 the same Parquet files; ``flink``, Flink's SQL on the same query text over the same
-events as CSV (nexmark_flink.py), each result checked against headwater's final
+events as CSV (baselines/nexmark_flink.py), each result checked against headwater's final
 table. Reported per engine: status (ran / refused with headwater's message / not
 written or failed, with why), seconds, events per second per core (all generated
 events, as NEXMark counts them) and output rows, then headwater's ratio to each
@@ -31,9 +31,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from headwater.bench import HelpFormatter, nexmark_spark
-from headwater.bench.nexmark_flink import flink_entries
-from headwater.bench.nexmark_spark import NATIVE_MISSING
+from headwater.bench import HelpFormatter
+from headwater.bench.baselines import nexmark_spark
+from headwater.bench.baselines.nexmark_flink import flink_entries
+from headwater.bench.baselines.nexmark_spark import NATIVE_MISSING
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 from headwater.sql.errors import SqlError

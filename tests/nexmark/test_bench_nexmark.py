@@ -8,8 +8,8 @@ import os
 import duckdb
 import pytest
 
+from headwater.bench.baselines.nexmark_flink import flink_python
 from headwater.bench.nexmark import main, markdown
-from headwater.bench.nexmark_flink import flink_python
 from headwater.nexmark import NexmarkConfig, generate
 
 

@@ -1,4 +1,4 @@
-"""Spark's own Structured Streaming NEXMark queries (headwater/bench/nexmark_spark.py),
+"""Spark's own Structured Streaming NEXMark queries (headwater/bench/baselines/nexmark_spark.py),
 the Spark baseline of ``headwater bench nexmark``: each hand-written query, run
 availableNow over the Parquet file streams of a small generated stream (several files:
 several micro-batches), must give the final table of Flink's query, i.e. the bounded
@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from sql_helpers import assert_same_rows, rows
 from test_nexmark_queries import REFERENCE, reference
 
-from headwater.bench import nexmark_spark
+from headwater.bench.baselines import nexmark_spark
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 
