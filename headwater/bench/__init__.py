@@ -25,8 +25,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def available() -> list[str]:
-    """Names of the benchmark modules in this package."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    """Names of the benchmark modules in this package (a subpackage holds helpers)."""
+    modules = pkgutil.iter_modules(__path__)
+    return sorted(m.name for m in modules if not m.ispkg and not m.name.startswith("_"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

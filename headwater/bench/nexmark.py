@@ -3,11 +3,14 @@
 For each query (tests/sql/nexmark/queries/qN.sql, Flink's text with only its
 connectors replaced), headwater runs it as a script into a DuckDB table sink:
 on the local runner over the replay files, or on Spark (``--runner spark``)
-over the Parquet file streams (availableNow). On Spark, Spark's own Structured
-Streaming runs the hand-written q0 (projection), q1 (currency conversion) and
-q2 (filter) over the same files. Reported per engine: status (ran / refused with
-headwater's message / not written, with why), seconds, events per second per
-core (all generated events, as NEXMark counts them) and output rows. A progress
+over the Parquet file streams (availableNow). The other engines (``--engines``):
+``spark``, Spark's own Structured Streaming written by hand (baselines/nexmark_spark.py) over
+the same Parquet files; ``flink``, Flink's SQL on the same query text over the same
+events as CSV (baselines/nexmark_flink.py), each result checked against headwater's final
+table. Reported per engine: status (ran / refused with headwater's message / not
+written or failed, with why), seconds, events per second per core (all generated
+events, as NEXMark counts them) and output rows, then headwater's ratio to each
+other engine. A progress
 line per query (to stderr with ``--json``); at the end the status table as
 Markdown, or with ``--json`` one JSON object.
 """
@@ -29,6 +32,9 @@ import numpy as np
 import pandas as pd
 
 from headwater.bench import HelpFormatter
+from headwater.bench.baselines import nexmark_spark
+from headwater.bench.baselines.nexmark_flink import flink_entries
+from headwater.bench.baselines.nexmark_spark import NATIVE_MISSING
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 from headwater.sql.errors import SqlError
@@ -39,16 +45,8 @@ QUERY_DIR = Path(__file__).resolve().parents[2] / "tests" / "sql" / "nexmark" / 
 ALL = [f"q{i}" for i in range(24)]
 #: Cores each runner uses (the local runner is one process; Spark runs local[2]).
 CORES = {"local": 1, "spark": 2}
+ENGINES = ("headwater", "spark", "flink")
 _REPLAY = re.compile(r"'format' = 'replay', 'path' = '\$\{DATA\}/(\w+)\.jsonl'")
-#: Why Spark's own streaming query is not given for a query.
-NATIVE_MISSING = {
-    "q6": "not expressible: Spark streaming has no OVER windows (non-time-based windows)",
-    "q9": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-    "q12": "not expressible: Spark streaming has no processing-time windows",
-    "q13": "not expressible: Spark streaming has no processing-time temporal join",
-    "q18": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-    "q19": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -61,6 +59,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=10_000, help="events")
     p.add_argument(
         "--runner", choices=["local", "spark"], default="local", help="where the queries run"
+    )
+    p.add_argument(
+        "--engines",
+        default=None,
+        help="comma-separated among headwater, spark (Spark's own streaming queries) and"
+        " flink (Flink's SQL, PyFlink from scripts/flink.sh); None: headwater, and spark"
+        " with --runner spark",
+    )
+    p.add_argument(
+        "--flink-python",
+        default=None,
+        help="the Flink virtualenv's python (None: $HEADWATER_FLINK_PYTHON or scripts/flink.sh's)",
     )
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--rate", type=int, default=1000, help="events/s of event time")
@@ -80,8 +90,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def prepare(args, work: Path) -> tuple[Any, Path]:
-    """Generate the events once; write replay and Parquet files and the side input."""
+def prepare(args, work: Path, engines: list[str]) -> tuple[Any, Path]:
+    """Generate the events once; write replay and Parquet files (and CSV for Flink) and
+    the side input."""
     config = NexmarkConfig(
         events=args.events,
         seed=args.seed,
@@ -91,7 +102,8 @@ def prepare(args, work: Path) -> tuple[Any, Path]:
     events = generate(config)
     data = work / "data"
     per_file = args.events_per_file or max(1, args.events // 10)
-    write(events, data, ["replay", "parquet"], per_file, step_ms=args.step_ms)
+    formats = ["replay", "parquet"] + (["csv"] if "flink" in engines else [])
+    write(events, data, formats, per_file, step_ms=args.step_ms)
     keys = np.arange(10_000)
     side = pd.DataFrame({"key": keys, "value": (keys * 7).astype(str)})
     side.to_csv(data / "side_input.csv", index=False)
@@ -119,8 +131,13 @@ def sink_rows(sink: Path, name: str) -> int:
         return int(con.execute(f"SELECT coalesce(sum(__n), 0) FROM nexmark_{name}").fetchone()[0])
 
 
+def sink_path(name: str, args, work: Path) -> Path:
+    """The DuckDB file of headwater's sink table for a query."""
+    return work / f"{name}-{args.runner}.duckdb"
+
+
 def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[str, Any]:
-    sink = work / f"{name}-{args.runner}.duckdb"
+    sink = sink_path(name, args, work)
     options: dict[str, Any] = {}
     if args.runner == "spark":
         options["checkpoint"] = str(work / f"checkpoint-{name}")
@@ -142,41 +159,35 @@ def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]
     }
 
 
-def _native_plans(F):
-    """Spark's own streaming query per query, from the ``bid`` stream."""
-    cols = ["auction", "bidder", "price", "dateTime", "extra"]
-    return {
-        "q0": lambda bid: bid.select(*cols),
-        "q1": lambda bid: bid.select(
-            "auction", "bidder", (F.lit(0.908) * F.col("price")).alias("price"), "dateTime", "extra"
-        ),
-        "q2": lambda bid: bid.where(F.col("auction") % 123 == 0).select("auction", "price"),
-    }
-
-
 def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
-    """Spark's own Structured Streaming query (availableNow, rows counted per batch)."""
-    from pyspark.sql import functions as F
-
+    """Spark's own Structured Streaming query (availableNow): rows counted per batch
+    (append), or the last batch's (complete: the final table)."""
     from headwater.runners.spark.timeline import spark_session
 
-    plan = _native_plans(F).get(name)
-    if plan is None:
-        return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
-    spark = spark_session()
-    schema = spark.read.parquet(str(data / "bid")).schema
-    bid = spark.readStream.schema(schema).parquet(str(data / "bid"))
     counted: list[int] = []
+    spark = spark_session()  # started before the clock: the first query does not pay it
     started = time.perf_counter()
-    query = (
-        plan(bid)
-        .writeStream.foreachBatch(lambda df, _: counted.append(df.count()))
-        .option("checkpointLocation", str(work / f"native-checkpoint-{name}"))
-        .trigger(availableNow=True)
-        .start()
+    mode = nexmark_spark.run(
+        spark,
+        name,
+        data,
+        work / f"native-checkpoint-{name}",
+        lambda df: counted.append(df.count()),
     )
-    query.awaitTermination()
-    return _timed(time.perf_counter() - started, total, CORES["spark"], sum(counted))
+    if mode is None:
+        return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
+    rows = counted[-1] if mode == "complete" and counted else sum(counted)
+    return _timed(time.perf_counter() - started, total, CORES["spark"], rows)
+
+
+def engines_of(args) -> list[str]:
+    if args.engines is None:
+        return ["headwater"] + (["spark"] if args.runner == "spark" else [])
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown or not engines:
+        raise ValueError(f"unknown engines {unknown}; choose among {', '.join(ENGINES)}")
+    return engines
 
 
 def bench(args) -> dict[str, Any]:
@@ -184,24 +195,50 @@ def bench(args) -> dict[str, Any]:
     unknown = [q for q in names if q not in ALL]
     if unknown:
         raise ValueError(f"unknown queries {unknown}; choose from q0..q23")
+    engines = engines_of(args)
+    out = sys.stderr if args.json else sys.stdout
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        events, data = prepare(args, work)
+        events, data = prepare(args, work, engines)
         result: dict[str, Any] = {
             "events": events.events,
             "generator_events_per_s": round(events.events_per_second),
             "runner": args.runner,
+            "engines": engines,
             "config": vars(args),
-            "queries": {},
+            "queries": {name: {} for name in names},
         }
         for name in names:
-            entry = {"headwater": run_headwater(name, args, data, work, events.events)}
-            if args.runner == "spark":
+            entry = result["queries"][name]
+            if "headwater" in engines:
+                entry["headwater"] = run_headwater(name, args, data, work, events.events)
+            if "spark" in engines:
                 entry["spark"] = run_native(name, data, work, events.events)
-            result["queries"][name] = entry
-            print(progress(name, entry), file=sys.stderr if args.json else sys.stdout, flush=True)
+            print(progress(name, entry), file=out, flush=True)
+        if "flink" in engines:
+            queries = result["queries"]
+            ran = [n for n in names if queries[n].get("headwater", {}).get("status") == "ran"]
+            sinks = {n: sink_path(n, args, work) for n in ran}
+            for name, r in flink_entries(names, data, work, args, events.events, sinks):
+                result["queries"][name]["flink"] = r
+                print(progress(name, {"flink": r}), file=out, flush=True)
     return result
+
+
+def _check(r: dict[str, Any]) -> str:
+    """Whether another engine's rows equal headwater's final table (when checked)."""
+    if r.get("matches_headwater") is None:
+        return ""
+    if r["matches_headwater"]:
+        return ", equal to headwater's"
+    return f", differs from headwater's ({r['differing']} distinct rows)"
+
+
+def _cell(r: dict[str, Any]) -> str:
+    if r["status"] == "ran":
+        return f"ran: {r['rows']} rows, {r['events_per_s_per_core']:,} events/s/core" + _check(r)
+    return f"{r['status']}: {r['reason'].replace('|', '/')}"
 
 
 def progress(name: str, entry: dict[str, Any]) -> str:
@@ -210,26 +247,31 @@ def progress(name: str, entry: dict[str, Any]) -> str:
         if r["status"] == "ran":
             parts.append(
                 f"{engine}: {r['rows']} rows in {r['seconds']:.2f}s "
-                f"({r['events_per_s_per_core']:,} events/s/core)"
+                f"({r['events_per_s_per_core']:,} events/s/core{_check(r)})"
             )
         else:
             parts.append(f"{engine}: {r['status']} ({r['reason']})")
     return f"{name}: " + "; ".join(parts)
 
 
+def ratio(entry: dict[str, Any], other: str) -> str:
+    """headwater's events/s/core over the other engine's, when both ran."""
+    mine, theirs = entry.get("headwater", {}), entry.get(other, {})
+    if mine.get("status") != "ran" or theirs.get("status") != "ran":
+        return "-"
+    return f"{mine['events_per_s_per_core'] / theirs['events_per_s_per_core']:.2f}"
+
+
 def markdown(result: dict[str, Any]) -> str:
-    """The status table: per query and engine, what ran (rows, events/s/core) or why not."""
-    engines = list(next(iter(result["queries"].values()), {}))
+    """The status table: per query and engine, what ran (rows, events/s/core, whether it
+    equals headwater's final table) or why not; then headwater/engine ratios."""
+    engines = result["engines"]
+    others = [e for e in engines if e != "headwater"] if "headwater" in engines else []
     header = ["query"] + [f"{e} ({result['runner']})" if e == "headwater" else e for e in engines]
+    header += [f"headwater/{e}" for e in others]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, entry in result["queries"].items():
-        cells = [name]
-        for engine in engines:
-            r = entry[engine]
-            if r["status"] == "ran":
-                cells.append(f"ran: {r['rows']} rows, {r['events_per_s_per_core']:,} events/s/core")
-            else:
-                cells.append(f"{r['status']}: {r['reason'].replace('|', '/')}")
+        cells = [name] + [_cell(entry[e]) for e in engines] + [ratio(entry, e) for e in others]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import duckdb
 import pytest
 
+from headwater.bench.baselines.nexmark_flink import flink_python
 from headwater.bench.nexmark import main, markdown
 from headwater.nexmark import NexmarkConfig, generate
 
@@ -57,3 +59,36 @@ def test_harness_on_spark(spark, capsys, tmp_path):
     assert q2[0]["rows"] == q2[1]["rows"]
     assert queries["q6"]["spark"]["status"] == "not written"
     assert "not expressible" in queries["q6"]["spark"]["reason"]
+
+
+@pytest.mark.flink
+@pytest.mark.slow
+def test_harness_against_flink(capsys, tmp_path):
+    """Flink's SQL (PyFlink, batch) over the same events: each final table equals
+    headwater's, row for row; a query Flink cannot run reports Flink's own error."""
+    if flink_python() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Flink virtualenv: CI must run `bash scripts/flink.sh` first")
+        pytest.skip("no Flink virtualenv (bash scripts/flink.sh)")
+    argv = ["--queries", "q2,q3,q8,q14", "--events", "1000", "--engines", "headwater,flink"]
+    rc = main([*argv, "--json", "--seed", "3", "--workdir", str(tmp_path)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["engines"] == ["headwater", "flink"]
+    queries = result["queries"]
+    config = NexmarkConfig(events=1000, seed=3, first_event_rate=1000, out_of_order_ms=2000)
+    bids = generate(config).tables["bid"]
+    with duckdb.connect() as con:
+        con.register("bid", bids)
+        expected = con.execute("SELECT count(*) FROM bid WHERE auction % 123 = 0").fetchone()[0]
+    assert queries["q2"]["flink"]["rows"] == expected
+    for name in ("q2", "q3", "q8"):
+        flink, ours = queries[name]["flink"], queries[name]["headwater"]
+        assert flink["status"] == "ran" and flink["matches_headwater"] is True, name
+        assert flink["differing"] == 0 and flink["rows"] == ours["rows"], name
+    assert queries["q8"]["flink"]["rows"] > 0
+    q14 = queries["q14"]["flink"]
+    assert q14["status"] == "failed" and "CountChar" in q14["reason"]
+    assert "q2: flink: " in captured.err and "equal to headwater's" in captured.err
+    assert "| headwater/flink |" in markdown(result)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Apache Flink (PyFlink) for the NEXMark baseline, in a virtualenv of its own.
+#
+#   python="$(bash scripts/flink.sh)"   # create once if needed; prints the venv's python
+#   bash scripts/flink.sh status        # prints it when PyFlink imports, else exit 3
+#
+# PyFlink pins its own dependencies (apache-beam, pyarrow, pandas, numpy ...) at versions
+# that conflict with headwater's requirements.lock, so it never shares the main .venv: it
+# lives in a cache folder outside the checkout, created once (a second run and every
+# test run work offline), at an exact version: apache-flink $HEADWATER_FLINK (default
+# 2.3.0: Python 3.9-3.12, Java 11/17/21; the JVM it starts is the `java` on PATH, the
+# Java 17 Spark uses). `headwater bench nexmark --engines ...,flink --flink-python P`
+# runs headwater/bench/baselines/flink_nexmark.py with it. Only the result goes to stdout.
+set -euo pipefail
+
+version="${HEADWATER_FLINK:-2.3.0}"
+cache="${HEADWATER_CACHE:-$HOME/.cache/headwater}"
+venv="$cache/flink-$version"
+python="$venv/bin/python"
+action="${1:-install}"
+
+log() { echo "[flink] $*" >&2; }
+
+ready() { [ -f "$venv/.installed" ] && "$python" -c 'import pyflink.table' 2>/dev/null; }
+
+case "$action" in
+  status)
+    if ready; then echo "$python"; exit 0; fi
+    exit 3
+    ;;
+  install) ;;
+  *) log "usage: flink.sh [install|status]"; exit 2 ;;
+esac
+
+if ready; then
+  echo "$python"
+  exit 0
+fi
+py="${PYTHON:-python3}"
+if ! "$py" -c 'import sys; sys.exit(not ((3, 9) <= sys.version_info[:2] <= (3, 12)))'; then
+  log "$py is not Python 3.9-3.12 (PyFlink $version's range); set PYTHON=/path/to/python3.11"
+  exit 1
+fi
+started=$SECONDS
+rm -rf "$venv"
+"$py" -m venv "$venv"
+log "pip install apache-flink==$version into $venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "apache-flink==$version"
+"$python" -c 'import pyflink.table' >&2
+touch "$venv/.installed"
+log "installed in $((SECONDS - started)) s"
+echo "$python"
