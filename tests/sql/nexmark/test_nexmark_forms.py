@@ -1,0 +1,82 @@
+"""The SQL forms the NEXMark queries need, each on a small stream: an INSERT
+whose result repeats a column name (q20), Flink's REGEXP_EXTRACT (q21), a
+GROUP BY on a day of the event time (q17) and the legacy group windows (q11).
+Each streaming result equals the bounded query over the same rows."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from sql_helpers import assert_same_rows, rows, write_replay
+
+from headwater.sql import SqlError, read_replay, sql
+from headwater.sql.script import run_script
+
+DAY = "2024-01-01"
+#: (ptime, rows (bidtime, price, item, url), watermark): out of order, none late,
+#: over two days.
+STEPS = [
+    ("10:00", [("09:58", 3, "A", "a=1&channel_id=7"), ("09:50", 5, "B", "x=2")], "09:45"),
+    ("10:05", [("10:01", 4, "A", "channel_id=12&b=3"), ("09:59", 9, "B", "")], "09:55"),
+    ("10:20", [("10:15", 2, "B", "channel_id=&q"), ("10:19", 8, "A", None)], "10:10"),
+    ("23:59", [("23:58", 6, "A", "channel_id=4")], "23:50"),
+]
+COLUMNS = ("bidtime", "price", "item", "url")
+
+
+@pytest.fixture(scope="module")
+def bids(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("forms") / "bids.jsonl"
+    write_replay(path, DAY, STEPS, "bidtime", COLUMNS)
+    # and a bid of the next day
+    text = path.read_text() + (
+        '{"ptime": "2024-01-02T00:03:00", "row": {"bidtime": "2024-01-02T00:01:00", '
+        '"price": 7, "item": "B", "url": "channel_id=9"}}\n'
+    )
+    path.write_text(text)
+    return str(path)
+
+
+def stream(path: str) -> str:
+    return (
+        "CREATE TABLE Bid (bidtime TIMESTAMP, price BIGINT, item VARCHAR, url VARCHAR, "
+        "WATERMARK FOR bidtime AS bidtime - INTERVAL '5' MINUTE) "
+        f"WITH ('format' = 'replay', 'path' = '{path}');\n"
+    )
+
+
+def bounded(path: str, query: str) -> list[tuple]:
+    """``query`` in DuckDB over every bid of the replay (``bids``)."""
+    bids = read_replay(path, "Bid", "bidtime").frame  # noqa: F841 - read by DuckDB
+    return rows(duckdb.sql(query).df())
+
+
+def test_an_insert_fills_repeated_names_by_position(bids, tmp_path) -> None:
+    """INSERT INTO fills the sink's columns by position (Flink): two results named
+    price land in their own columns."""
+    sink = tmp_path / "out.duckdb"
+    text = stream(bids) + (
+        f"CREATE TABLE Pairs (price BIGINT, other_price BIGINT, item VARCHAR) "
+        f"WITH ('format' = 'table', 'path' = '{sink}');\n"
+        "INSERT INTO Pairs SELECT A.price, B.price, A.item FROM Bid A JOIN Bid B "
+        "ON A.item = B.item AND A.price < B.price;"
+    )
+    list(run_script(text))
+    with duckdb.connect(str(sink)) as con:
+        got = con.execute("SELECT price, other_price, item FROM Pairs").df()
+    expected = bounded(
+        bids,
+        "SELECT A.price, B.price, A.item FROM bids A JOIN bids B "
+        "ON A.item = B.item AND A.price < B.price",
+    )
+    assert expected
+    assert_same_rows(rows(got), expected, ordered=False)
+
+
+def test_a_query_repeating_a_result_name_is_refused(bids) -> None:
+    """A changelog names its columns: two of one name are refused, where written."""
+    text = "SELECT A.price, B.price FROM Bid A JOIN Bid B ON A.item = B.item"
+    with pytest.raises(SqlError) as raised:
+        sql(text, {"Bid": read_replay(bids, "Bid", "bidtime")})
+    assert "two result columns are named price" in raised.value.message
+    assert (raised.value.line, raised.value.col) == (1, text.index("B.price") + 1)
