@@ -18,7 +18,7 @@ import typing as t
 
 import sqlglot
 from sqlglot import exp, generator
-from sqlglot.dialects.dialect import Dialect, build_regexp_extract
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, Tokenizer, TokenType
@@ -325,16 +325,32 @@ def _split_index(args: list[exp.Expr]) -> exp.Expr:
     )
 
 
+def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
+    """Flink's ``REGEXP_EXTRACT(s, pattern[, group])``: the group of the first match
+    (0, the default: the whole match), NULL when nothing matches, where DuckDB's
+    and Spark's REGEXP_EXTRACT give ''."""
+    if len(args) not in (2, 3):
+        raise SqlError(
+            "REGEXP_EXTRACT takes a string, a pattern and an optional group index",
+            *position(args[0]) if args else (None, None),
+            "Write e.g. REGEXP_EXTRACT(url, 'id=([0-9]+)', 1)",
+        )
+    group = args[2] if len(args) == 3 else exp.Literal.number(0)
+    extract = exp.RegexpExtract(this=args[0], expression=args[1], group=group)
+    matches = exp.RegexpLike(this=args[0].copy(), expression=args[1].copy())
+    return exp.Case(ifs=[exp.If(this=matches, true=extract)])
+
+
 class HeadwaterParser(BaseParser):
     """sqlglot's default parser, plus windowing TVFs, EMIT and WATERMARK FOR."""
 
     FUNC_TOKENS = {*BaseParser.FUNC_TOKENS, TokenType.SESSION}
 
-    #: Queries call DuckDB's functions: REGEXP_EXTRACT(s, pattern, group), whose third
-    #: argument is the capture group (sqlglot's default reads it as a position).
+    #: Flink's REGEXP_EXTRACT(s, pattern, group), whose third argument is the capture
+    #: group (sqlglot's default reads it as a position).
     FUNCTIONS = {
         **BaseParser.FUNCTIONS,
-        "REGEXP_EXTRACT": build_regexp_extract(exp.RegexpExtract),
+        "REGEXP_EXTRACT": _regexp_extract,
         "DATE_FORMAT": _date_format,
         "SPLIT_INDEX": _split_index,
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from sql_helpers import assert_same_rows, rows, write_replay
+from sql_helpers import assert_same_rows, norm, rows, write_replay
 
 from headwater.sql import SqlError, read_replay, sql
 from headwater.sql.script import run_script
@@ -80,3 +80,25 @@ def test_a_query_repeating_a_result_name_is_refused(bids) -> None:
         sql(text, {"Bid": read_replay(bids, "Bid", "bidtime")})
     assert "two result columns are named price" in raised.value.message
     assert (raised.value.line, raised.value.col) == (1, text.index("B.price") + 1)
+
+
+def test_regexp_extract_is_flinks(bids) -> None:
+    """REGEXP_EXTRACT(s, p, n): group n of the first match, '' for a group that
+    matched nothing, NULL when the pattern does not match (DuckDB and Spark give
+    ''); without n, the whole match (q21)."""
+    text = (
+        "SELECT price, REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) AS channel, "
+        "REGEXP_EXTRACT(url, 'channel_id=[0-9]') AS whole FROM Bid"
+    )
+    got = sql(text, {"Bid": read_replay(bids, "Bid", "bidtime")}).to_pandas()
+    expected = [
+        (3, "7", "channel_id=7"),
+        (5, None, None),
+        (4, "12", "channel_id=1"),
+        (9, None, None),
+        (2, "", None),
+        (8, None, None),
+        (6, "4", "channel_id=4"),
+        (7, "9", "channel_id=9"),
+    ]
+    assert_same_rows(rows(got), [tuple(map(norm, r)) for r in expected], ordered=False)

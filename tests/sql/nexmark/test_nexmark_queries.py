@@ -67,8 +67,6 @@ _AVG = (
 DIVERGES = {
     "q4": _AVG,
     "q17": _PER_DAY,
-    "q21": "REGEXP_EXTRACT(s, p, 2) reads 2 as a start position (DuckDB: SUBSTRING(s, 2)), "
-    "not Flink's group index, and yields '' where Flink yields NULL (no match)",
 }
 _CHANNEL = "(&|^)channel_id=([^&]*)"
 _DAY = "strftime(\"dateTime\", '%Y-%m-%d')"
