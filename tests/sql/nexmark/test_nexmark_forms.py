@@ -102,3 +102,24 @@ def test_regexp_extract_is_flinks(bids) -> None:
         (7, "9", "channel_id=9"),
     ]
     assert_same_rows(rows(got), [tuple(map(norm, r)) for r in expected], ordered=False)
+
+
+@pytest.mark.parametrize(
+    "group",
+    ["DATE_FORMAT(bidtime, 'yyyy-MM-dd')", "item, DATE_FORMAT(bidtime, 'yyyy-MM-dd')"],
+)
+def test_a_group_by_day_of_the_event_time(bids, group: str) -> None:
+    """GROUP BY a function of the event time (a day) groups the rows of each day,
+    however many instants it has, as the bounded query does (q15-q17)."""
+    text = (
+        f"SELECT {group}, COUNT(*) AS n, SUM(price) AS total, MAX(url) AS url "
+        f"FROM Bid GROUP BY {group}"
+    )
+    got = sql(text, {"Bid": read_replay(bids, "Bid", "bidtime")}).to_pandas()
+    day = "strftime(bidtime, '%Y-%m-%d')"
+    keys = group.replace("DATE_FORMAT(bidtime, 'yyyy-MM-dd')", day)
+    expected = bounded(
+        bids, f"SELECT {keys}, count(*), sum(price), max(url) FROM bids GROUP BY {keys}"
+    )
+    assert len(expected) == (2 if group.startswith("DATE") else 3)
+    assert_same_rows(rows(got), expected, ordered=False)

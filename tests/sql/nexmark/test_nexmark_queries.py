@@ -52,21 +52,13 @@ REFUSED = {
 #: comparison itself fails); each flips to a failure once it is checked.
 UNCHECKED: dict[str, tuple[type, str]] = {}
 #: query -> the divergence from Flink's meaning of a query headwater runs.
-_PER_INSTANT = (
-    "ROW_NUMBER() over a stream without a window is evaluated per event time (each instant's "
-    "rows alone), so every row ranks 1; Flink ranks over all the rows so far"
-)
-_PER_DAY = (
-    "GROUP BY DATE_FORMAT(dateTime, ...) over a stream is evaluated per event time (each "
-    "instant's rows alone): one row per bid instant, not one per day as in Flink"
-)
 _AVG = (
     "AVG of a BIGINT is a DOUBLE in headwater (DuckDB's and Spark's AVG), a BIGINT in Flink "
     "(the quotient truncated); the stream equals the bounded query with headwater's AVG"
 )
 DIVERGES = {
     "q4": _AVG,
-    "q17": _PER_DAY,
+    "q17": _AVG,
 }
 _CHANNEL = "(&|^)channel_id=([^&]*)"
 _DAY = "strftime(\"dateTime\", '%Y-%m-%d')"
@@ -169,6 +161,7 @@ REFERENCE = {
 #: Flink's (DIVERGES): the stream must equal it (a failure, not an xfail).
 OWN_MEANING = {
     "q4": REFERENCE["q4"].replace("CAST(trunc(avg(final)) AS BIGINT)", "avg(final)"),
+    "q17": REFERENCE["q17"].replace("CAST(trunc(avg(price)) AS BIGINT)", "avg(price)"),
 }
 #: What each query did, for the summary (conftest.py prints it).
 STATUS: dict[str, str] = {}
