@@ -25,6 +25,7 @@ from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from headwater.sql.ddl import SourceDef, interval_ms, interval_sql, source_def
 from headwater.sql.errors import SqlError, position, token_position
+from headwater.sql.group_windows import GroupWindow, to_window_tvfs
 
 __all__ = [
     "Emit",
@@ -341,6 +342,20 @@ def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=matches, true=extract)])
 
 
+def _is_group_window(args: list[_TvfArg]) -> bool:
+    """``TUMBLE(t, INTERVAL ...)``: Flink's legacy group window (in GROUP BY), whose
+    arguments are a column and intervals, never named, a table or a DESCRIPTOR."""
+    return (
+        bool(args)
+        and all(a.name is None and a.keys is None for a in args)
+        and isinstance(args[0].value, exp.Column)
+        and not any(
+            isinstance(a.value, exp.Anonymous) and a.value.name.upper() == "DESCRIPTOR"
+            for a in args
+        )
+    )
+
+
 class HeadwaterParser(BaseParser):
     """sqlglot's default parser, plus windowing TVFs, EMIT and WATERMARK FOR."""
 
@@ -379,6 +394,9 @@ class HeadwaterParser(BaseParser):
         args = self._parse_csv(self._parse_tvf_arg)
         if not self._match(TokenType.R_PAREN, advance=False):
             self.raise_error("Expecting )")
+        if first is None and _is_group_window(args):
+            window = GroupWindow(kind=kind, expressions=[a.value for a in args])
+            return t.cast(WindowTVF, self.expression(window, token=call))
         tvf = _window_tvf(kind, first is not None, call, args)
         return self.expression(tvf, token=first or call)
 
@@ -720,6 +738,7 @@ def parse(text: str) -> list[exp.Expression]:
     except TokenError as error:
         raise _token_error(error, text) from None
     for statement in statements:
+        to_window_tvfs(statement, WindowTVF)
         _check_statement(statement)
     return t.cast(list[exp.Expression], statements)
 

@@ -123,3 +123,87 @@ def test_a_group_by_day_of_the_event_time(bids, group: str) -> None:
     )
     assert len(expected) == (2 if group.startswith("DATE") else 3)
     assert_same_rows(rows(got), expected, ordered=False)
+
+
+#: Flink's legacy group windows and what each means with a windowing TVF (q11).
+LEGACY = {
+    "tumble": (
+        "SELECT item, TUMBLE_START(bidtime, INTERVAL '10' MINUTE) AS ws, "
+        "TUMBLE_END(bidtime, INTERVAL '10' MINUTE) AS we, "
+        "TUMBLE_ROWTIME(bidtime, INTERVAL '10' MINUTE) AS wt, SUM(price) AS total "
+        "FROM Bid GROUP BY TUMBLE(bidtime, INTERVAL '10' MINUTE), item",
+        "SELECT item, window_start, window_end, window_time, SUM(price) FROM TABLE(TUMBLE("
+        "TABLE Bid, DESCRIPTOR(bidtime), INTERVAL '10' MINUTE)) "
+        "GROUP BY window_start, window_end, window_time, item",
+    ),
+    "hop": (
+        "SELECT HOP_START(B.bidtime, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE) AS ws, "
+        "HOP_END(B.bidtime, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE) AS we, COUNT(*) AS n "
+        "FROM Bid B GROUP BY HOP(B.bidtime, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE) "
+        "HAVING COUNT(*) > 1",
+        "SELECT window_start, window_end, COUNT(*) FROM TABLE(HOP(TABLE Bid, "
+        "DESCRIPTOR(bidtime), INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)) "
+        "GROUP BY window_start, window_end HAVING COUNT(*) > 1",
+    ),
+    "session": (
+        "SELECT item, COUNT(*) AS n, SESSION_START(bidtime, INTERVAL '5' MINUTE) AS ws, "
+        "SESSION_END(bidtime, INTERVAL '5' MINUTE) AS we FROM Bid "
+        "GROUP BY item, SESSION(bidtime, INTERVAL '5' MINUTE)",
+        "SELECT item, COUNT(*), window_start, window_end FROM TABLE(SESSION(TABLE Bid "
+        "PARTITION BY item, DESCRIPTOR(bidtime), INTERVAL '5' MINUTE)) "
+        "GROUP BY item, window_start, window_end",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", LEGACY)
+def test_a_legacy_group_window_is_its_windowing_tvf(bids, form: str) -> None:
+    """GROUP BY TUMBLE/HOP/SESSION(t, ...) with <KIND>_START/_END/_ROWTIME runs as
+    the windowing TVF query (a session per group key), on the stream."""
+    legacy, tvf = LEGACY[form]
+    tables = {"Bid": read_replay(bids, "Bid", "bidtime")}
+    got = sql(legacy, tables).to_pandas()
+    expected = sql(tvf, tables).to_pandas()
+    assert len(expected) >= 3
+    assert_same_rows(rows(got), rows(expected), ordered=False)
+
+
+@pytest.mark.parametrize(
+    ("query", "at", "words"),
+    [
+        (
+            "SELECT TUMBLE_START(bidtime, INTERVAL '5' MINUTE) FROM Bid "
+            "GROUP BY HOP(bidtime, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)",
+            "TUMBLE_START",
+            "does not name a column of the HOP window",
+        ),
+        (
+            "SELECT TUMBLE_END(bidtime, INTERVAL '5' MINUTE) FROM Bid "
+            "GROUP BY TUMBLE(bidtime, INTERVAL '10' MINUTE)",
+            "TUMBLE_END",
+            "must repeat the arguments",
+        ),
+        (
+            "SELECT COUNT(*) FROM Bid A JOIN Bid B ON A.item = B.item "
+            "GROUP BY TUMBLE(A.bidtime, INTERVAL '10' MINUTE)",
+            "TUMBLE(A",
+            "reads one table",
+        ),
+        ("SELECT TUMBLE(bidtime, INTERVAL '10' MINUTE) FROM Bid", "TUMBLE", "goes in GROUP BY"),
+        (
+            "SELECT COUNT(*) FROM Bid GROUP BY UPPER(item), SESSION(bidtime, INTERVAL '1' MINUTE)",
+            "UPPER",
+            "groups by columns of its table only",
+        ),
+        (
+            "SELECT COUNT(*) FROM Bid GROUP BY TUMBLE(bidtime, 10)",
+            "10",
+            "size must be an INTERVAL",
+        ),
+    ],
+)
+def test_a_legacy_group_window_refused_where_written(bids, query, at, words) -> None:
+    with pytest.raises(SqlError) as raised:
+        sql(query, {"Bid": read_replay(bids, "Bid", "bidtime")})
+    assert words in raised.value.message
+    assert (raised.value.line, raised.value.col) == (1, query.index(at) + 1)

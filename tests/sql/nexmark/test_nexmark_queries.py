@@ -34,7 +34,6 @@ _SELF_JOIN = "a join of streams without a windowing table function (per event ti
 _UNWINDOWED = "a GROUP BY of a stream without a window (Flink keeps updating it)"
 #: query -> (headwater's SqlError message, why): what headwater refuses today.
 REFUSED = {
-    "q11": ("SESSION is missing its gap argument", "GROUP BY SESSION(...): legacy group window"),
     "q12": (
         "a windowing table function over a subquery is not supported yet",
         "TUMBLE over a view (CREATE VIEW ... PROCTIME()), expanded as a subquery",
@@ -111,6 +110,18 @@ REFERENCE = {
         FROM bid
         WHERE regexp_matches(url, '{_CHANNEL}')
            OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')""",
+    # sessions of each bidder: a bid within 10 s of the bidder's previous one joins
+    # its session, which ends 10 s after its last bid
+    "q11": """WITH marked AS (
+            SELECT bidder, "dateTime",
+                CASE WHEN lag("dateTime") OVER (PARTITION BY bidder ORDER BY "dateTime")
+                          > "dateTime" - INTERVAL 10 SECOND THEN 0 ELSE 1 END AS opens
+            FROM bid),
+        sessions AS (
+            SELECT bidder, "dateTime", sum(opens) OVER (PARTITION BY bidder ORDER BY "dateTime"
+                ROWS UNBOUNDED PRECEDING) AS session FROM marked)
+        SELECT bidder, count(*), min("dateTime"), max("dateTime") + INTERVAL 10 SECOND
+        FROM sessions GROUP BY bidder, session""",
     # Flink's AVG of a BIGINT is a BIGINT; each auction's winning price, per category
     "q4": f"""SELECT category, CAST(trunc(avg(final)) AS BIGINT)
         FROM ({_WINNING.format(what="max(B.price) AS final, A.category")}
