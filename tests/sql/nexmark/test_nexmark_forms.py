@@ -207,3 +207,12 @@ def test_a_legacy_group_window_refused_where_written(bids, query, at, words) -> 
         sql(query, {"Bid": read_replay(bids, "Bid", "bidtime")})
     assert words in raised.value.message
     assert (raised.value.line, raised.value.col) == (1, query.index(at) + 1)
+
+
+def test_a_column_of_a_table_out_of_scope_is_refused_where_written(bids) -> None:
+    """q6 reads A.id outside the subquery that names A: refused at A.id."""
+    text = "SELECT S.price, A.item FROM (SELECT A.price, A.item FROM Bid A) S"
+    with pytest.raises(SqlError) as raised:
+        sql(text, {"Bid": read_replay(bids, "Bid", "bidtime")})
+    assert "no table or alias A here" in raised.value.message
+    assert (raised.value.line, raised.value.col) == (1, text.index("A.item") + 1)
