@@ -37,8 +37,6 @@ QUERIES = Path(__file__).parent / "queries"
 CONFIG = NexmarkConfig(events=2000, seed=1, first_event_rate=200, out_of_order_ms=2000)
 STEP_MS = 1000
 
-_SELF_JOIN = "a join of streams without a windowing table function (per event time)"
-_UNWINDOWED = "a GROUP BY of a stream without a window (Flink keeps updating it)"
 #: query -> (headwater's SqlError message, why): what headwater refuses today.
 REFUSED = {
     "q12": (
@@ -64,7 +62,7 @@ DIVERGES = {
 }
 _CHANNEL = "(&|^)channel_id=([^&]*)"
 _DAY = "strftime(\"dateTime\", '%Y-%m-%d')"
-#: The bids of each auction while it is open (q4, q6, q9), ``what`` selected.
+#: The bids of each auction while it is open (q4, q9), ``what`` selected.
 _WINNING = """SELECT {what} FROM auction A, bid B
     WHERE A.id = B.auction AND B."dateTime" BETWEEN A."dateTime" AND A.expires"""
 _RANKS = ("price < 10000", "price >= 10000 AND price < 1000000", "price >= 1000000")
