@@ -30,6 +30,7 @@ frames on the local runner, Spark DataFrames per micro-batch on Spark streams.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -58,6 +59,7 @@ def run_script(
     """Run a script's statements in order; yields the result of each plain query."""
     tables = dict(tables or {})
     sinks: dict[str, Any] = {}
+    sink_columns: dict[str, list[str]] = {}
     views: dict[str, exp.Query] = {}
     for statement in parse(text):
         statement = with_views(statement, views)
@@ -68,6 +70,7 @@ def run_script(
             d = source_def(statement)
             if is_sink(d):
                 sinks[d.name.lower()] = make_sink(d)
+                sink_columns[d.name.lower()] = list(d.columns)
             else:
                 tables[d.name] = _source(d, runner, options)
             continue
@@ -80,7 +83,8 @@ def run_script(
                     *position(statement.this),
                     "Declare it with CREATE TABLE ... WITH ('format' = 'changelog' | 'table', ...)",
                 )
-            query = bind(statement.expression, tables, name=target, runner=runner)
+            select = by_position(statement.expression, sink_columns[target.lower()])
+            query = bind(select, tables, name=target, runner=runner)
             letters = None if dead_letters is None else dead_letters(query.plan.name)
             query.write(sink, dead_letter_sink=letters, **options)
             continue
@@ -88,6 +92,24 @@ def run_script(
         yield query.to_pandas(options.get("as_of"))
         if dead_letters is not None:
             query.write_dead_letters(dead_letters(query.plan.name), options.get("as_of"))
+
+
+def by_position(query: exp.Expr, columns: list[str]) -> exp.Expr:
+    """An INSERT's query with each result column whose name it repeats
+    (``B.dateTime, A.dateTime``) named as the sink's column at its position:
+    INSERT INTO fills columns by position, as in Flink. The other columns keep
+    their names (a GROUP BY may read an alias)."""
+    items = query.expressions if isinstance(query, exp.Select) else []
+    if len(items) != len(columns) or any(i.is_star for i in items):
+        return query
+    names = Counter(i.alias_or_name.lower() for i in items)
+    if all(n == 1 for n in names.values()):
+        return query
+    query = query.copy()
+    for item, name in zip(list(query.expressions), columns, strict=True):
+        if names[item.alias_or_name.lower()] > 1:
+            item.replace(exp.alias_(item.unalias().copy(), name, quoted=True))
+    return query
 
 
 def with_views(statement: exp.Expr, views: Mapping[str, exp.Query]) -> exp.Expr:

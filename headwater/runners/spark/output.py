@@ -88,7 +88,7 @@ def decode(
         ts("timestamp"),
         *[F.col(n) for n in PANE_COLUMNS[1:]],
         dropped,
-        *[F.col(OUT + name) for name in transformed],
+        *[_out(name) for name in transformed],
         *(_per_shard_columns() if per_shard else []),
     )
 
@@ -112,9 +112,15 @@ def _per_shard_columns() -> list[Column]:
     ]
 
 
+def _out(name: str) -> Column:
+    """The output column of ``name``, quoted: a result column may be named by its
+    expression (``avg(Q.final)``), whose dot Spark would read as a struct field."""
+    return F.col("`" + (OUT + name).replace("`", "``") + "`")
+
+
 def changes(df: DataFrame, columns: Sequence[str]) -> DataFrame:
     """The rows of a pane transform (kind ``'change'``): its ``columns``."""
-    return df.where(F.col("kind") == "change").select(*[F.col(OUT + c).alias(c) for c in columns])
+    return df.where(F.col("kind") == "change").select(*[_out(c).alias(c) for c in columns])
 
 
 def panes(df: DataFrame) -> DataFrame:

@@ -117,6 +117,27 @@ def _in_grouped_select(column: exp.Column) -> bool:
     return select is not None and select.args.get("group") is not None
 
 
+_UNKNOWN_TABLE = re.compile(r'Referenced table "([^"]+)" not found')
+
+
+def _out_of_scope(text: str, plan: QueryPlan) -> SqlError | None:
+    """``A.id`` where no table or alias A is in scope (e.g. outside the subquery
+    that names A), at the first such column (the outermost)."""
+    unknown = _UNKNOWN_TABLE.search(text)
+    if unknown is None:
+        return None
+    name = unknown.group(1).lower()
+    for column in plan.query.find_all(exp.Column):  # breadth first: outer queries first
+        if column.table.lower() == name:
+            return SqlError(
+                f"{column.sql()}: no table or alias {column.table} here",
+                *position(column),
+                "A subquery's tables are visible only inside it: select the column "
+                "there and read it through the subquery's alias",
+            )
+    return None
+
+
 def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
     """A DuckDB binder error as a SqlError at the column or function it names; an
     unknown column's message lists the columns there are."""
@@ -128,6 +149,9 @@ def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
         return arguments
     text = str(exc).split("\n")[0]
     text = text.split(": ", 1)[1] if text.startswith("query ") else text
+    out_of_scope = _out_of_scope(text, plan)
+    if out_of_scope is not None:
+        return out_of_scope
     unknown = _UNKNOWN_COLUMN.search(text)
     columns = list(plan.query.find_all(exp.Column))
     if "GROUP BY" in text:  # a grouped SELECT's column, not a namesake elsewhere

@@ -18,13 +18,14 @@ import typing as t
 
 import sqlglot
 from sqlglot import exp, generator
-from sqlglot.dialects.dialect import Dialect, build_regexp_extract
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from headwater.sql.errors import SqlError, position, token_position
 from headwater.sql.parse.ddl import SourceDef, interval_ms, interval_sql, source_def
+from headwater.sql.parse.group_windows import GroupWindow, to_window_tvfs
 
 __all__ = [
     "Emit",
@@ -325,16 +326,46 @@ def _split_index(args: list[exp.Expr]) -> exp.Expr:
     )
 
 
+def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
+    """Flink's ``REGEXP_EXTRACT(s, pattern[, group])``: the group of the first match
+    (0, the default: the whole match), NULL when nothing matches, where DuckDB's
+    and Spark's REGEXP_EXTRACT give ''."""
+    if len(args) not in (2, 3):
+        raise SqlError(
+            "REGEXP_EXTRACT takes a string, a pattern and an optional group index",
+            *position(args[0]) if args else (None, None),
+            "Write e.g. REGEXP_EXTRACT(url, 'id=([0-9]+)', 1)",
+        )
+    group = args[2] if len(args) == 3 else exp.Literal.number(0)
+    extract = exp.RegexpExtract(this=args[0], expression=args[1], group=group)
+    matches = exp.RegexpLike(this=args[0].copy(), expression=args[1].copy())
+    return exp.Case(ifs=[exp.If(this=matches, true=extract)])
+
+
+def _is_group_window(args: list[_TvfArg]) -> bool:
+    """``TUMBLE(t, INTERVAL ...)``: Flink's legacy group window (in GROUP BY), whose
+    arguments are a column and intervals, never named, a table or a DESCRIPTOR."""
+    return (
+        bool(args)
+        and all(a.name is None and a.keys is None for a in args)
+        and isinstance(args[0].value, exp.Column)
+        and not any(
+            isinstance(a.value, exp.Anonymous) and a.value.name.upper() == "DESCRIPTOR"
+            for a in args
+        )
+    )
+
+
 class HeadwaterParser(BaseParser):
     """sqlglot's default parser, plus windowing TVFs, EMIT and WATERMARK FOR."""
 
     FUNC_TOKENS = {*BaseParser.FUNC_TOKENS, TokenType.SESSION}
 
-    #: Queries call DuckDB's functions: REGEXP_EXTRACT(s, pattern, group), whose third
-    #: argument is the capture group (sqlglot's default reads it as a position).
+    #: Flink's REGEXP_EXTRACT(s, pattern, group), whose third argument is the capture
+    #: group (sqlglot's default reads it as a position).
     FUNCTIONS = {
         **BaseParser.FUNCTIONS,
-        "REGEXP_EXTRACT": build_regexp_extract(exp.RegexpExtract),
+        "REGEXP_EXTRACT": _regexp_extract,
         "DATE_FORMAT": _date_format,
         "SPLIT_INDEX": _split_index,
     }
@@ -363,6 +394,9 @@ class HeadwaterParser(BaseParser):
         args = self._parse_csv(self._parse_tvf_arg)
         if not self._match(TokenType.R_PAREN, advance=False):
             self.raise_error("Expecting )")
+        if first is None and _is_group_window(args):
+            window = GroupWindow(kind=kind, expressions=[a.value for a in args])
+            return t.cast(WindowTVF, self.expression(window, token=call))
         tvf = _window_tvf(kind, first is not None, call, args)
         return self.expression(tvf, token=first or call)
 
@@ -704,6 +738,7 @@ def parse(text: str) -> list[exp.Expression]:
     except TokenError as error:
         raise _token_error(error, text) from None
     for statement in statements:
+        to_window_tvfs(statement, WindowTVF)
         _check_statement(statement)
     return t.cast(list[exp.Expression], statements)
 

@@ -117,6 +117,7 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
     key = MaintenanceKey(KeyKind.ROW)
     window_fn, group_mode = FixedWindows(timedelta(milliseconds=1)), True
     if streams:
+        _check_output_names(query)
         _check_session_keys(query, windowing[1] if windowing else ())
         windowed = _windowed(query, streams, windowing is not None)
         fn = windowing[0] if windowing else None
@@ -268,6 +269,21 @@ def _groups(
             "event time, or drop AFTER WATERMARK to see every change",
         )
     return GlobalWindows(), False
+
+
+def _check_output_names(query: exp.Expression) -> None:
+    """A stream's changelog names its columns: two result columns of one name
+    (``B.dateTime, A.dateTime``) could not be told apart in it."""
+    seen: set[str] = set()
+    for item in query.expressions if isinstance(query, exp.Select) else []:
+        name = item.alias_or_name.lower()
+        if name in seen and not item.is_star:
+            raise SqlError(
+                f"two result columns are named {item.alias_or_name}",
+                *position(item),
+                f"Give one of them another name: ... AS other_{item.alias_or_name}",
+            )
+        seen.add(name)
 
 
 def _check_session_keys(query: exp.Expression, keys: tuple[str, ...]) -> None:
