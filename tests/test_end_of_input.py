@@ -347,6 +347,10 @@ def test_the_control_stream_refuses_a_run_after_the_end() -> None:
     reader.prepareForTriggerAvailableNow()
     with pytest.raises(InputEndedError, match="has ended"):
         reader.latestOffset({"ends": 1})
+    replaying = EndOfInputReader("/nonexistent/signal")
+    assert replaying.partitions({"ends": 1}, {"ends": 1}) == []  # a batch after the end
+    with pytest.raises(InputEndedError, match="has ended"):
+        replaying.latestOffset({"ends": 1})
     ending = EndOfInputReader("/nonexistent/signal")
     ending.prepareForTriggerAvailableNow()
     assert len(ending.partitions({"ends": 0}, {"ends": 1})) == 1  # this run plays the end

@@ -121,7 +121,7 @@ class EndOfInputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         return {"ends": max(self._target, done)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[EndPartition]:
-        if int(end["ends"]) > 0:
+        if int(end["ends"]) > int(start["ends"]):
             self._played = True
         return [EndPartition(i) for i in range(int(start["ends"]), int(end["ends"]))]
 

@@ -55,8 +55,8 @@ def refuse_ended(checkpoint_location: str) -> None:
     if "://" in path or not os.path.isdir(offsets):
         return
     batches = [int(n) for n in os.listdir(offsets) if n.isdigit()]
-    if not batches:
-        return
+    if not batches or not os.path.exists(os.path.join(path, "commits", str(max(batches)))):
+        return  # nothing run, or a batch to re-run first (it may be the ending one)
     with open(os.path.join(offsets, str(max(batches))), encoding="utf-8") as fh:
         for line in fh:
             match = _ENDS.match(line.strip())
