@@ -655,7 +655,10 @@ class WindowedAggregation:
         result is the bounded run's (docs/semantics.md, "End of input"); the query
         returned ends it in ``awaitTermination()``. ``end_of_input=False`` keeps
         the pending windows in the checkpoint instead (an incremental job that
-        reads more of its source at its next run)."""
+        reads more of its source at its next run; its last run ends it). The end
+        is final: a run on a checkpoint whose input ended raises
+        :class:`~headwater.io.end_of_input.InputEndedError`. Each dead letter
+        carries the whole input record, in the local runner's columns."""
         if not self.is_streaming or self.source.is_local:
             raise ValueError("start() runs a streaming input; for a bounded one use to_spark()")
         from headwater.runners.spark.ending import end_of_input_for
