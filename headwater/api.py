@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -655,14 +655,22 @@ class WindowedAggregation:
         result is the bounded run's (docs/semantics.md, "End of input"); the query
         returned ends it in ``awaitTermination()``. ``end_of_input=False`` keeps
         the pending windows in the checkpoint instead (an incremental job that
-        reads more of its source at its next run)."""
+        reads more of its source at its next run; its last run ends it). The end
+        is final: a run on a checkpoint whose input ended raises
+        :class:`~headwater.io.end_of_input.InputEndedError`. Each dead letter
+        carries the whole input record, in the local runner's columns."""
         if not self.is_streaming or self.source.is_local:
             raise ValueError("start() runs a streaming input; for a bounded one use to_spark()")
         from headwater.runners.spark.ending import end_of_input_for
 
         end = end_of_input_for(trigger, end_of_input)
+        # A dead letter carries its whole record, as on the local runner (so a
+        # dropped row can be reprocessed): rows then reach the shards unlifted.
+        carry = () if dead_letter_sink is None else self._record_columns()
+        if dead_letter_sink is not None:
+            dead_letter_sink = _as_local_letters(dead_letter_sink, self.key_cols, carry)
         return _streaming_runner().start_streaming(
-            self._streaming_output(num_shards, end),
+            self._streaming_output(num_shards, end, carry),
             checkpoint_location=checkpoint_location,
             panes_sink=panes_sink,
             dead_letter_sink=dead_letter_sink,
@@ -672,11 +680,27 @@ class WindowedAggregation:
             end_of_input=end,
         )
 
-    def _streaming_output(self, num_shards: int | None, end_of_input=None) -> DataFrame:
+    def _record_columns(self) -> tuple[str, ...]:
+        """The input's columns a dead letter carries besides the keys: all of them
+        but the streaming runner's control columns (a replay's ``kind``,
+        ``proc_ms``, a punctuated watermark's column), which are not the record's."""
+        control = {"kind", "proc_ms"}
+        if isinstance(self.plan.watermark, Punctuated):
+            control.add(self.plan.watermark.column)
+        skip = control | set(self.key_cols)
+        return tuple(c for c in self.input.columns if c not in skip)
+
+    def _streaming_output(
+        self, num_shards: int | None, end_of_input=None, carry: Sequence[str] = ()
+    ) -> DataFrame:
         """The streaming runner's output: panes and dropped elements, told apart by
         ``kind`` (with the source's rejected records among the dropped ones)."""
         out = _streaming_runner().compile_streaming(
-            self.input, self.plan, num_shards=num_shards, end_of_input=end_of_input
+            self.input,
+            self.plan,
+            num_shards=num_shards,
+            end_of_input=end_of_input,
+            carry=carry,
         )
         if self.source.rejects is not None:
             from headwater.io.kafka import with_rejects
@@ -735,6 +759,19 @@ class WindowedAggregation:
             f"WindowedAggregation({self.source!r}, {self.strategy!r}, "
             f"group_by={list(self.key_cols)!r}, {aggs})"
         )
+
+
+def _as_local_letters(sink, keys: Sequence[str], record: Sequence[str]):
+    """``sink`` given the streaming runner's dead letters in the local runner's
+    columns and order: keys, ``event_time``, window, ``reason``, the record's
+    columns, ``elements``, then any other (a source's rejects)."""
+    head = [*keys, "event_time", "window_start", "window_end", "reason", *record, "elements"]
+
+    def ordered(batch, batch_id):
+        rest = [c for c in batch.columns if c not in head]
+        return sink(batch.select(*[c for c in head if c in batch.columns], *rest), batch_id)
+
+    return ordered
 
 
 def _streaming_runner():

@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "generate --events N --out DIR [options]",
     ),
     "experiment": (
-        "headwater.hybrid.experiment",
+        "headwater.hybrid.experiment_args",
         "run the hybrid-model experiment (HPM vs MP-K-slack and AQ-K-slack)",
         "hpm --profile game1|game2 --out DIR [options]",
     ),

@@ -40,6 +40,24 @@ def test_help_imports_no_heavy_module():
     assert _imported_by(code) == []
 
 
+@pytest.mark.parametrize("command", ["sql", "experiment"])
+def test_command_help_imports_no_heavy_module(command):
+    """``headwater COMMAND --help`` prints its options without importing pandas,
+    PySpark, DuckDB or sqlglot (they cost seconds)."""
+    code = (
+        "import contextlib, io\n"
+        "from headwater.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    try:\n"
+        f"        main([{command!r}, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"assert 'usage: headwater {command}' in out.getvalue(), out.getvalue()"
+    )
+    assert _imported_by(code) == []
+
+
 def test_import_headwater_is_light_and_names_resolve():
     assert _imported_by("import headwater as hw") == []
     assert "pandas" in _imported_by("import headwater as hw\nhw.from_pandas")

@@ -26,6 +26,7 @@ from headwater.api import (
     Sessions,
     SlidingWindows,
 )
+from headwater.io.end_of_input import EndOfInputReader, InputEndedError
 
 START = pd.Timestamp("2024-01-01")
 
@@ -185,12 +186,14 @@ TUMBLE = (
 
 
 def _hour_of_rows(seed: int = 0) -> pd.DataFrame:
-    """48 minutes of rows (48 one-minute windows), arriving up to 30 s late."""
+    """48 minutes of rows (48 one-minute windows), arriving up to 30 s late, in
+    bursts every 6 minutes (a replay plays one micro-batch per arrival time on
+    Spark: 9 steps, not 480)."""
     rng = np.random.default_rng(seed)
     n = 480
     et = START + pd.to_timedelta(np.sort(rng.integers(0, 48 * 60_000, n)), unit="ms")
     et = et.where(np.arange(n) >= 48, START + pd.to_timedelta(np.arange(48) * 60_000, unit="ms"))
-    arrival = et + pd.to_timedelta(rng.integers(0, 30_000, n), unit="ms")
+    arrival = (et + pd.to_timedelta(rng.integers(0, 30_000, n), unit="ms")).ceil("6min")
     return pd.DataFrame({"et": et, "arrival": arrival, "v": rng.integers(0, 10, n)})
 
 
@@ -304,17 +307,56 @@ def test_available_now_fires_the_last_early_pane_spark(spark, tmp_path) -> None:
 
 
 @pytest.mark.spark
-def test_available_now_without_end_of_input_keeps_the_window_pending(spark, tmp_path) -> None:
-    """``end_of_input=False`` (an incremental job): the window stays in the checkpoint."""
+def test_incremental_runs_then_a_last_run_that_ends_the_input_spark(spark, tmp_path) -> None:
+    """An incremental job on one checkpoint: a run with ``end_of_input=False`` keeps
+    the window pending; a later run with the default reads the new rows and ends
+    the input, so the panes are the bounded run's over both runs' rows; the end is
+    final: a run after it is refused before it reads anything (its rows would all
+    be late)."""
     rows = pd.DataFrame(
-        {"key": ["a"] * 3, "et": START + pd.to_timedelta([0, 1, 2], unit="s"), "v": [1, 2, 3]}
+        {"key": ["a"] * 5, "et": START + pd.to_timedelta([0, 1, 2, 3, 70], unit="s")}
+    ).assign(v=[1, 2, 3, 4, 5])
+    directory, checkpoint = str(tmp_path / "in"), str(tmp_path / "cp")
+    _write_files(rows.iloc[:3], directory, 1)
+    schema = "key STRING, et TIMESTAMP, v BIGINT"
+    stream = hw.from_spark(
+        spark.readStream.schema(schema).parquet(directory), event_time="et", watermark="1 hour"
     )
-    _write_files(rows, str(tmp_path / "in"), 1)
-    df = spark.readStream.schema("key STRING, et TIMESTAMP, v BIGINT").parquet(str(tmp_path / "in"))
-    stream = hw.from_spark(df, event_time="et", watermark="1 hour")
     strategy = hw.WindowingStrategy.of(window_fn=FixedWindows("1 minute"))
-    panes, _ = _run_available_now(spark, stream, strategy, str(tmp_path / "cp"), False)
+    panes, _ = _run_available_now(spark, stream, strategy, checkpoint, False)
     assert len(panes) == 0
+
+    rows.iloc[3:].assign(et=rows["et"].iloc[3:].dt.tz_localize("UTC")).to_parquet(
+        os.path.join(directory, "part-later.parquet"), index=False, coerce_timestamps="us"
+    )
+    panes, dropped = _run_available_now(spark, stream, strategy, checkpoint)
+    assert dropped == 0
+    got = panes.sort_values("window_start")[["n", "s", "timing"]].values.tolist()
+    assert got == [[4, 10, "ON_TIME"], [1, 5, "ON_TIME"]]
+
+    for end_of_input in (None, False):
+        with pytest.raises(InputEndedError, match="has ended"):
+            _run_available_now(spark, stream, strategy, checkpoint, end_of_input)
+
+
+def test_the_control_stream_refuses_a_run_after_the_end() -> None:
+    """On a checkpoint the driver cannot read (not a local path), the control stream
+    refuses a run that resumes after an end played by an earlier run, at its first
+    offset, before any row is read; the run that plays the end goes on."""
+    reader = EndOfInputReader("/nonexistent/signal")
+    reader.prepareForTriggerAvailableNow()
+    with pytest.raises(InputEndedError, match="has ended"):
+        reader.latestOffset({"ends": 1})
+    replaying = EndOfInputReader("/nonexistent/signal")
+    assert replaying.partitions({"ends": 1}, {"ends": 1}) == []  # a batch after the end
+    with pytest.raises(InputEndedError, match="has ended"):
+        replaying.latestOffset({"ends": 1})
+    ending = EndOfInputReader("/nonexistent/signal")
+    ending.prepareForTriggerAvailableNow()
+    assert len(ending.partitions({"ends": 0}, {"ends": 1})) == 1  # this run plays the end
+    assert ending.latestOffset({"ends": 1}) == {"ends": 1}
+    fresh = EndOfInputReader("/nonexistent/signal")
+    assert fresh.latestOffset({"ends": 0}) == {"ends": 0}  # not signalled: no end
 
 
 # ------------------------------------------------------------------ Spark, random

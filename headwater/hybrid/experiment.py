@@ -11,9 +11,7 @@ when a run starts.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -26,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from headwater.hybrid import metrics as M
-from headwater.hybrid import plots
-from headwater.hybrid.generator import generate, profile, read_stream, stream_stats
+from headwater.hybrid.experiment_options import DEFAULT_THROUGHPUT, RUNNER_NAMES, Throughput
+from headwater.hybrid.generator import stream_stats
 from headwater.hybrid.hpm import AppliedCorrection, StreamRun, apply_corrections, run_stream
 from headwater.hybrid.pipeline import (
     Query,
@@ -81,21 +79,6 @@ class Runs:
 
 
 @dataclass(frozen=True)
-class Throughput:
-    """How the stream module's throughput is measured: the shard counts; on Spark the
-    masters, the tuples of the stream used (``events``: its first ones, all if None)
-    multiplied by ``density`` (:func:`headwater.hybrid.on_spark.densify`: by default
-    2,000,000 tuples on 800 keys, 160,000 tuples per second of arrival; docs/hybrid.md,
-    "Throughput"), and how often each count runs (the fastest run counts)."""
-
-    shards: tuple[int, ...] = (1, 2, 4)
-    masters: tuple[str, ...] = ("local[*]", "local-cluster[2,1,2048]")
-    events: int | None = 40_000
-    density: int = 50
-    repeats: int = 3
-
-
-@dataclass(frozen=True)
 class Job:
     """One experiment: the stream (with batch times), settings, shards, where to work."""
 
@@ -115,7 +98,7 @@ def run_experiment(
     *,
     runner: str = "spark",
     shards: int = 1,
-    throughput: Throughput = Throughput(),
+    throughput: Throughput = DEFAULT_THROUGHPUT,
     work: Path | None = None,
     progress: Progress | None = None,
 ) -> dict:
@@ -202,6 +185,7 @@ def _spark_throughput(job: Job) -> tuple[dict, dict]:
 
 #: The runs of each ``--runner``.
 RUNNERS: dict[str, Callable[[Job], Runs]] = {"spark": _spark_runs, "local": _local_runs}
+assert set(RUNNERS) == set(RUNNER_NAMES)
 #: The throughput measurement of each ``--runner``: ``{where: {shards: tuples/s}}`` and
 #: what it ran on.
 THROUGHPUT: dict[str, Callable[[Job], tuple[dict, dict]]] = {
@@ -265,6 +249,8 @@ def _throughput(stream, q: Query, strategy, shards: int) -> float:
 
 
 def _plots(out: Path, runs: Runs, q: Query, throughput: dict) -> None:
+    from headwater.hybrid import plots  # matplotlib: only when plotting
+
     mp, aq, corrections, truth = runs.mp, runs.aq, runs.corrections, runs.truth
 
     def k_series(run):
@@ -288,76 +274,3 @@ def _plots(out: Path, runs: Runs, q: Query, throughput: dict) -> None:
     series = {where: ([int(n) for n in r], list(r.values())) for where, r in throughput.items()}
     if series:  # not measured: no plot
         plots.throughput_plot(out / "throughput.png", series)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="headwater experiment",
-        description="HPM against MP-K-slack and AQ-K-slack (docs/hybrid.md)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("experiment", choices=["hpm"], help="the experiment to run")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--profile", choices=["game1", "game2"], help="a generated stream")
-    src.add_argument("--input", help="your own stream: CSV or Parquet (see --event-time ...)")
-    p.add_argument("--events", type=int, help="tuples to generate (None: the profile's)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the generated stream")
-    p.add_argument("--shards", type=int, default=1, help="state shards of the stream module")
-    p.add_argument(
-        "--runner", choices=sorted(RUNNERS), default="spark", help="where the stream module runs"
-    )
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--work", help="work directory, emptied first (None: OUT/work)")
-    for name, default in (("event-time", "ts"), ("arrival", "arrival"), ("key", "sensor")):
-        p.add_argument(f"--{name}", default=default, help="--input's column")
-    p.add_argument("--value", default="speed", help="--input's summed column")
-    p.add_argument("--arrival-is-order", action="store_true", help="--arrival is a position")
-    t = Throughput()
-    p.add_argument("--throughput-shards", default="1,2,4", help="shard counts to time")
-    p.add_argument(
-        "--throughput-masters",
-        default=";".join(t.masters),
-        help="Spark masters to time on, separated by ';'",
-    )
-    p.add_argument("--throughput-events", type=int, default=t.events, help="tuples used")
-    p.add_argument("--throughput-density", type=int, default=t.density, help="copies per tuple")
-    p.add_argument("--throughput-repeats", type=int, default=t.repeats, help="runs per count")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.input:
-        stream = read_stream(
-            args.input,
-            event_time=args.event_time,
-            arrival=args.arrival,
-            key=args.key,
-            value=args.value,
-            arrival_is_order=args.arrival_is_order,
-        )
-    else:
-        stream = generate(profile(args.profile), seed=args.seed, events=args.events)
-    throughput = Throughput(
-        tuple(int(n) for n in args.throughput_shards.split(",")),
-        tuple(m for m in args.throughput_masters.split(";") if m),
-        args.throughput_events,
-        args.throughput_density,
-        args.throughput_repeats,
-    )
-    steps = 5 + THROUGHPUT_STEPS[args.runner](throughput)
-    progress = Progress(steps, enabled=not args.no_progress)
-    out = Path(args.out)
-    result = run_experiment(
-        stream,
-        out,
-        runner=args.runner,
-        shards=args.shards,
-        throughput=throughput,
-        work=Path(args.work) if args.work else None,
-        progress=progress,
-    )
-    print(json.dumps({k: v for k, v in result.items() if k != "settings"}, indent=2))
-    print(f"wrote {out / 'metrics.json'} and plots in {os.fspath(out)}")
-    return 0

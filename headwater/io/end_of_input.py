@@ -15,7 +15,9 @@ The signal is a file so that the end is decided between two runs of the query
 from one checkpoint: the first ``availableNow`` run reads the whole input; then
 :class:`EndOfInput` creates the file and runs the query once more, and that
 run's one micro-batch carries the ``end`` row. Offsets are ``{"ends": n}``
-(ends played), so the end is played once and recorded in the checkpoint.
+(ends played), so the end is played once and recorded in the checkpoint: the
+end is final, and a later run from that checkpoint is refused (its rows would
+all be late) instead of dropping what it reads.
 """
 
 from __future__ import annotations
@@ -43,14 +45,18 @@ except ImportError:  # pragma: no cover
 
 @dataclass(frozen=True)
 class EndOfInput:
-    """Where a query learns that its bounded input ended: the ``signal`` file."""
+    """Where a query learns that its bounded input ended: the ``signal`` file.
+    ``ends``: whether this run ends the input; an incremental run (False) reads the
+    control stream too, never signalled, so that every ``availableNow`` run of one
+    checkpoint has the same sources and the last one can end the input."""
 
     signal: str
+    ends: bool = True
 
     @staticmethod
-    def new() -> EndOfInput:
+    def new(ends: bool = True) -> EndOfInput:
         """A fresh signal (in a new temporary directory), not sent yet."""
-        return EndOfInput(os.path.join(tempfile.mkdtemp(prefix="headwater-end-"), "end"))
+        return EndOfInput(os.path.join(tempfile.mkdtemp(prefix="headwater-end-"), "end"), ends)
 
     def send(self) -> None:
         """End the input: the next run of the query plays the ``end`` row."""
@@ -75,12 +81,30 @@ class EndPartition(InputPartition):  # type: ignore[misc]
         self.index = index
 
 
+class InputEndedError(RuntimeError):
+    """A query resumed from a checkpoint whose input an earlier run ended."""
+
+
+def ended_message(checkpoint: str) -> str:
+    """Why a query cannot resume from ``checkpoint``, and what to do instead."""
+    return (
+        f"the input of the checkpoint {checkpoint} has ended: an earlier availableNow run "
+        "ended it (end of input, docs/semantics.md), so its watermark is at the end of time "
+        "and every row read now would be late and dropped. Start a bounded run over the "
+        "whole input with a new checkpoint; for an incremental job that reads more of its "
+        "source at each run, start every run but the last with end_of_input=False"
+    )
+
+
 class EndOfInputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    """Offsets ``{"ends": n}``; a run whose signal exists plays one more end."""
+    """Offsets ``{"ends": n}``; a run whose signal exists plays one more end. A run
+    that finds an end played by an earlier run refuses to go on: rows after the end
+    of the input would all be late (:func:`ended_message`)."""
 
     def __init__(self, signal: str) -> None:
         self.signal = signal
         self._target: int | None = None
+        self._played = False  # this run played the end (or replays its batch)
 
     def initialOffset(self) -> dict:
         return {"ends": 0}
@@ -90,11 +114,15 @@ class EndOfInputReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         done = 0 if start is None else int(start["ends"])
+        if done and not self._played:
+            raise InputEndedError(ended_message("of this query"))
         if self._target is None:
             self._target = done + (1 if os.path.exists(self.signal) else 0)
         return {"ends": max(self._target, done)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[EndPartition]:
+        if int(end["ends"]) > int(start["ends"]):
+            self._played = True
         return [EndPartition(i) for i in range(int(start["ends"]), int(end["ends"]))]
 
     def read(self, partition: EndPartition) -> Iterator[tuple]:

@@ -7,6 +7,7 @@ is a pure function of its input: tests and replays are exact.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -193,7 +194,9 @@ def run_frame(
     out = Emission.concat(emissions)
     dropped = out.dropped.rename(columns={"timestamp": "event_time"})
     if null.any():
-        dropped = pd.concat([dropped, _null_letters(values, key_codes, null)], ignore_index=True)
+        letters = _null_letters(values, key_codes, null)
+        parts = [f for f in (dropped, letters) if len(f)]
+        dropped = _in_input_types(pd.concat(parts, ignore_index=True), values)
     dropped["elements"] = np.ones(len(dropped), dtype=np.int64)
     out = Emission(_with_keys(out.panes, key_table), _with_keys(dropped, key_table))
     if is_datetime:
@@ -226,6 +229,17 @@ def _replay_steps(df, plan, arrival_time, valid, ts, key_codes, values) -> list[
     last = int(arrival.max()) if len(arrival) else 0
     steps.append(end_of_input(now=last))
     return steps
+
+
+def _in_input_types(letters: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
+    """The dead letters' input columns in the input's types: joining frames in which
+    a column is missing or empty turns integers into floats."""
+    for column in values.columns:
+        given = values[column].dtype
+        if column in letters and letters[column].dtype != given and letters[column].notna().all():
+            with contextlib.suppress(TypeError, ValueError):
+                letters[column] = letters[column].astype(given)
+    return letters
 
 
 def _null_letters(values: pd.DataFrame, key_codes: np.ndarray, null: np.ndarray) -> pd.DataFrame:

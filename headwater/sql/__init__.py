@@ -12,8 +12,6 @@ import sys
 import types
 from typing import Any
 
-from headwater.sql.errors import SqlError
-
 __all__ = ["Corrections", "QualityWatermark", "SqlError", "SqlQuery", "read_replay", "sql"]
 
 
@@ -31,6 +29,10 @@ def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SqlError":  # sqlglot is imported on first use (`headwater sql --help`)
+        from headwater.sql.errors import SqlError
+
+        return SqlError
     if name == "SqlQuery":
         from headwater.sql.execute.query import SqlQuery
 

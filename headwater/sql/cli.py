@@ -17,15 +17,10 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-
-from headwater.io.sinks import parquet_sink
-from headwater.model.time import to_millis
-from headwater.sql.errors import SqlError
-from headwater.sql.execute.replay import millis, read_replay
+if TYPE_CHECKING:  # imported where used: `headwater sql --help` stays fast
+    import pandas as pd
 
 
 def parser() -> argparse.ArgumentParser:
@@ -88,6 +83,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _pairs(values: list[str], sep: str, what: str) -> dict[str, str]:
+    from headwater.sql.errors import SqlError
+
     out = {}
     for value in values:
         if sep not in value:
@@ -98,6 +95,9 @@ def _pairs(values: list[str], sep: str, what: str) -> dict[str, str]:
 
 
 def _tables(args: argparse.Namespace) -> dict:
+    from headwater.sql.errors import SqlError
+    from headwater.sql.execute.replay import read_replay
+
     replays = _pairs(args.replay, "=", "--replay")
     event_times = _pairs(args.event_time, ".", "--event-time")
     lateness = {k: _duration(v, k) for k, v in _pairs(args.lateness, "=", "--lateness").items()}
@@ -113,6 +113,9 @@ def _tables(args: argparse.Namespace) -> dict:
 
 
 def _duration(text: str, table: str) -> int:
+    from headwater.model.time import to_millis
+    from headwater.sql.errors import SqlError
+
     try:
         return to_millis(text)
     except (TypeError, ValueError):
@@ -124,6 +127,9 @@ def _duration(text: str, table: str) -> int:
 
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """A result as CSV (header, ISO timestamps), JSON lines, or an aligned table."""
+    import numpy as np
+    import pandas as pd
+
     out = frame.copy()
     for column in out.columns:
         if pd.api.types.is_datetime64_any_dtype(out[column]):
@@ -146,6 +152,8 @@ def _line(cells, widths: list[int]) -> str:
 
 
 def _iso(value) -> str:
+    import pandas as pd
+
     if pd.isna(value):
         return ""
     ts = pd.Timestamp(value)
@@ -153,7 +161,10 @@ def _iso(value) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(argv)  # --help exits here, before the heavy imports
+    from headwater.sql.errors import SqlError
+    from headwater.sql.execute.replay import millis
+
     try:
         as_of = None if args.as_of is None else millis(args.as_of, "--as-of")
         if args.file:
@@ -190,6 +201,8 @@ CORRECTED = "corrected from the archive"
 def _counts(batch: Any) -> dict[str, int]:
     """Dead letters per reason (and how many were corrected) of a pandas frame or
     a Spark micro-batch."""
+    import pandas as pd
+
     if not isinstance(batch, pd.DataFrame):  # corrections run on the local runner only
         return {r: int(n) for r, n in batch.groupBy("reason").count().collect() if n}
     counts = {str(r): int(n) for r, n in batch["reason"].value_counts().items() if n}
@@ -225,6 +238,8 @@ class ScriptDeadLetters:
                 return
             self.counts.setdefault(name, Counter()).update(counts)
             if target is not None:
+                from headwater.io.sinks import parquet_sink
+
                 parquet_sink(target)(batch, batch_id)
 
         return sink

@@ -23,6 +23,7 @@ import pytest
 
 import headwater as hw
 from headwater.api import AfterCount, AfterWatermark, FixedWindows
+from headwater.io.end_of_input import InputEndedError
 from headwater.io.kafka import (
     REJECT_COLUMNS,
     KafkaSource,
@@ -150,11 +151,9 @@ PANE_COLS = [
 ]
 
 
-def _panes(frame: pd.DataFrame, closed_before: int = 125_000) -> list[tuple]:
-    """The panes of the windows that close within the test (Spark never flushes
-    the last open window: the local runner ends with the end of input)."""
+def _panes(frame: pd.DataFrame) -> list[tuple]:
+    """The panes, comparable across runners (times as epoch ms)."""
     frame = _ms(frame)
-    frame = frame[frame["window_end"] <= closed_before]
     rows = frame[PANE_COLS].astype(object).itertuples(index=False, name=None)
     return sorted(tuple(int(v) if isinstance(v, (int, bool)) else v for v in r) for r in rows)
 
@@ -234,7 +233,7 @@ def test_local_runner_reads_the_topic(bootstrap, filled):
     )
     panes = agg.to_pandas()
     expected = _expected_panes()
-    assert _panes(panes, closed_before=10**12) == _panes(expected, closed_before=10**12)
+    assert _panes(panes) == _panes(expected)
     assert panes["is_retraction"].any()  # the late pane retracted the on-time one
     letters = agg.dead_letters()
     _check_rejects(letters, topic, offsets)
@@ -268,19 +267,22 @@ def test_spark_reads_the_topic_and_writes_upserts(spark, bootstrap, tmp_path):
     offsets = []
     for phase, values in enumerate(PHASES):
         offsets.append(_produce(bootstrap, topic, values, base + 1000 * phase))
-        # The second run resumes from the offsets in the checkpoint.
+        # The second run resumes from the offsets in the checkpoint; an incremental
+        # job: every run but the last keeps its input open, the last one ends it.
         query = agg.start(
             checkpoint_location=str(tmp_path / "ck"),
             panes_sink=sinks,
             dead_letter_sink=lambda b, i: got.__setitem__(("d", i), b.toPandas()),
             trigger={"availableNow": True},
-            end_of_input=False,  # an incremental job: the topic grows between runs
+            end_of_input=None if phase == len(PHASES) - 1 else False,
         )
         query.awaitTermination(300)
         assert query.exception() is None, query.exception()
     panes = pd.concat([v for k, v in got.items() if k[0] == "p"], ignore_index=True)
     letters = pd.concat([v for k, v in got.items() if k[0] == "d"], ignore_index=True)
+    # The last run ended the input: every window closed, as in the bounded run.
     assert _panes(panes) == _panes(_expected_panes())
+    assert _ms(panes)["window_end"].max() == 140_000  # c@131 s: its window closed at the end
     timings = set(panes.loc[~panes["is_retraction"], "timing"])
     assert panes["is_retraction"].sum() == 1 and timings == {"ON_TIME", "LATE"}
     _check_rejects(letters, topic, offsets)
@@ -289,6 +291,10 @@ def test_spark_reads_the_topic_and_writes_upserts(spark, bootstrap, tmp_path):
     assert _upserts_view(upserts, bootstrap) == _table_view(panes)
     ops = read_changelog_ops(changelog, bootstrap)
     assert "-U" in ops and "+I" in ops and "+U" in ops
+    # The end is final: a run after it is refused, its rows are not dropped as late.
+    _produce(bootstrap, topic, [_event("a", 150_000, 1)], base + 5000)
+    with pytest.raises(InputEndedError, match="has ended"):
+        agg.start(checkpoint_location=str(tmp_path / "ck"), trigger={"availableNow": True})
 
 
 def read_changelog_ops(topic: str, bootstrap: str) -> list[str]:

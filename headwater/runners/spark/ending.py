@@ -11,23 +11,29 @@ and :class:`BoundedQuery` runs the query a second time from its checkpoint once
 the first run is over, with the signal sent: that run's one micro-batch moves
 every shard's watermark to the end of time. Pass ``end_of_input=False`` for an
 incremental job that will read more of the source later: nothing is flushed and
-the pending windows wait in the checkpoint for the next run.
+the pending windows wait in the checkpoint for the next run. The end is final: a
+run from a checkpoint whose input ended is refused (:func:`refuse_ended`), since
+every row it read would be late.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from headwater.io.end_of_input import EndOfInput
+from headwater.io.end_of_input import EndOfInput, InputEndedError, ended_message
 
 
 def end_of_input_for(
     trigger: Mapping[str, Any] | None, requested: bool | None
 ) -> EndOfInput | None:
     """The end of input of a query started with ``trigger``: by default (``requested``
-    None) a run with ``availableNow`` ends its input; ``False`` never does. Only an
-    ``availableNow`` run has an end: a long-running query's input does not end."""
+    None) a run with ``availableNow`` ends its input; with ``False`` it reads the
+    control stream without ending it (an incremental run, whose checkpoint a later
+    run can end). Only an ``availableNow`` run has an end: a long-running query's
+    input does not end."""
     available_now = bool((trigger or {}).get("availableNow"))
     if requested is None:
         requested = available_now
@@ -36,7 +42,39 @@ def end_of_input_for(
             "end_of_input=True needs trigger={'availableNow': True}: only a run that reads "
             "what is there has an end (a long-running query keeps its state in its checkpoint)"
         )
-    return EndOfInput.new() if requested else None
+    return EndOfInput.new(ends=requested) if available_now else None
+
+
+def refuse_ended(checkpoint_location: str) -> None:
+    """Refuse, before it starts, a query resuming from a local checkpoint whose
+    input an earlier run ended: every row it read would be late. (On another file
+    system the control stream refuses it at its first micro-batch, before any row
+    is read: :class:`~headwater.io.end_of_input.EndOfInputReader`.)"""
+    path = checkpoint_location.removeprefix("file:")
+    offsets = os.path.join(path, "offsets")
+    if "://" in path or not os.path.isdir(offsets):
+        return
+    batches = [int(n) for n in os.listdir(offsets) if n.isdigit()]
+    if not batches or not os.path.exists(os.path.join(path, "commits", str(max(batches)))):
+        return  # nothing run, or a batch to re-run first (it may be the ending one)
+    with open(os.path.join(offsets, str(max(batches))), encoding="utf-8") as fh:
+        for line in fh:
+            match = _ENDS.match(line.strip())
+            if match and int(match.group(1)) > 0:
+                raise InputEndedError(ended_message(checkpoint_location))
+
+
+_ENDS = re.compile(r'^\{"ends":\s*(\d+)\}$')
+
+
+def started(launch: Callable[[], Any], end: EndOfInput | None, checkpoint_location: str) -> Any:
+    """Start a query by ``launch``: a :class:`BoundedQuery` when the run ends its
+    input, else ``launch()``'s ``StreamingQuery``; refused if its checkpoint's input
+    has ended (:func:`refuse_ended`)."""
+    refuse_ended(checkpoint_location)
+    if end is None or not end.ends:
+        return launch()
+    return BoundedQuery(launch, end)
 
 
 class BoundedQuery:

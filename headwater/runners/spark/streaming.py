@@ -108,7 +108,7 @@ from headwater.model.watermarks import (
     WatermarkStrategy,
     watermark_strategy,
 )
-from headwater.runners.spark.ending import BoundedQuery
+from headwater.runners.spark.ending import started
 from headwater.runners.spark.output import (
     PANE_FIELDS,
     dead_letters,
@@ -513,8 +513,9 @@ def start_streaming(
     ``num_shards``: the one ``out`` was compiled with; the query runs with as
     many shuffle partitions (:func:`~headwater.runners.spark.session.starting_query`).
     ``end_of_input``: the one ``out`` was compiled with (:func:`compile_streaming`);
-    then a :class:`~.ending.BoundedQuery` is returned, whose ``awaitTermination``
-    ends the input after the run over it."""
+    when it ends the input, a :class:`~.ending.BoundedQuery` is returned, whose
+    ``awaitTermination`` ends the input after the run over it. A checkpoint whose
+    input an earlier run ended is refused (:func:`~.ending.refuse_ended`)."""
     if metrics_name:
         out = observe_counts(out, metrics_name)
 
@@ -542,4 +543,4 @@ def start_streaming(
         with starting_query(out.sparkSession, num_shards):
             return writer.start()
 
-    return launch() if end_of_input is None else BoundedQuery(launch, end_of_input)
+    return started(launch, end_of_input, checkpoint_location)

@@ -35,7 +35,7 @@ from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
-from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
+from headwater.runners.spark.ending import end_of_input_for, started
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
@@ -362,7 +362,7 @@ def start(
         with starting_query(out.sparkSession, num_shards):
             return writer.start()
 
-    return launch() if end is None else BoundedQuery(launch, end)
+    return started(launch, end, checkpoint_location)
 
 
 __all__ = [

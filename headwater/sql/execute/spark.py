@@ -35,7 +35,7 @@ from headwater.model.time import to_millis
 from headwater.model.types import INT64
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.model.windows import FixedWindows
-from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
+from headwater.runners.spark.ending import end_of_input_for, started
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
@@ -323,7 +323,7 @@ class SparkSqlQuery(SqlQuery):
             with starting_query(self.spark):
                 return writer.start()
 
-        return launch() if end is None else BoundedQuery(launch, end)
+        return started(launch, end, checkpoint_location)
 
     def write(self, sink, *, dead_letter_sink=None, **options: Any) -> None:
         """As :meth:`SqlQuery.write`; over Spark streams, a streaming query to
