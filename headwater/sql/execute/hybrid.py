@@ -35,7 +35,12 @@ from headwater.model.watermarks import WatermarkStrategy
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.ddl import SourceDef
 from headwater.sql.plan.catalog import PTIME, Table, event_millis
-from headwater.sql.plan.quality import QualityAggregate, QualityQuery, QualityWatermark
+from headwater.sql.plan.quality import (
+    QualityAggregate,
+    QualityQuery,
+    QualityWatermark,
+    not_a_column,
+)
 
 #: ``'watermark'`` option values.
 WATERMARKS = ("k-slack", "mp-k-slack", "quality")
@@ -171,11 +176,5 @@ def _value_cv(head: pd.DataFrame, agg: QualityAggregate, table: Table) -> float:
     if agg.kind not in (AggregateKind.SUM, AggregateKind.AVG):
         return 0.0
     if agg.column not in head.columns:
-        raise SqlError(
-            f"cannot estimate the variation of {agg.text} for the quality-driven "
-            f"watermark of {table.name!r}: it is not a column of the table",
-            agg.line,
-            agg.col,
-            "Add 'quality.value_cv' to its options",
-        )
+        raise not_a_column(agg, table)
     return coefficient_of_variation(pd.to_numeric(head[agg.column]).to_numpy(np.float64))

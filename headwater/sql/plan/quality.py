@@ -167,10 +167,15 @@ def _check_value_columns(aggregates: list[QualityAggregate], table: Table) -> No
     """The variation of SUM's and AVG's values is estimated from a column."""
     for agg in aggregates:
         if agg.kind in (AggregateKind.SUM, AggregateKind.AVG) and agg.column is None:
-            raise SqlError(
-                f"cannot estimate the variation of {agg.text} for the quality-driven "
-                f"watermark of {table.name!r}: it is not a column of the table",
-                agg.line,
-                agg.col,
-                "Add 'quality.value_cv' to its options",
-            )
+            raise not_a_column(agg, table)
+
+
+def not_a_column(agg: QualityAggregate, table: Table) -> SqlError:
+    """The values of ``agg`` are no column of ``table``: no variation to estimate."""
+    return SqlError(
+        f"cannot estimate the variation of {agg.text} for the quality-driven "
+        f"watermark of {table.name!r}: it is not a column of the table",
+        agg.line,
+        agg.col,
+        "Add 'quality.value_cv' to its options",
+    )
