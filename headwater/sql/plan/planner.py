@@ -277,7 +277,7 @@ def _check_output_names(query: exp.Expression) -> None:
     seen: set[str] = set()
     for item in query.expressions if isinstance(query, exp.Select) else []:
         name = item.alias_or_name.lower()
-        if name in seen and not item.is_star:
+        if name and name in seen and not item.is_star:
             raise SqlError(
                 f"two result columns are named {item.alias_or_name}",
                 *position(item),
