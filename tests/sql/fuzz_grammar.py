@@ -347,10 +347,17 @@ def group_keys(rng: random.Random, src: Source) -> list[str]:
 
 
 def grouped(rng: random.Random) -> str:
+    """An aggregate per window and/or plain columns, or of all rows; keys maybe
+    renamed (``window_start AS k0`` is still the window start)."""
     src = random_source(rng, rng.choice(STREAMS), "s", 0.5)
     keys = group_keys(rng, src)
+    if rng.random() < 0.1:  # a key computed from the event time
+        keys.append(f"CAST({src.col(src.stream.time)} AS DATE)")
     aggs = [aggregate(rng, src, f"a{i}") for i in range(rng.randint(1, 3))]
-    text = f"SELECT {', '.join([*keys, *aggs])} FROM {src.sql()}{where(rng, src, 0.3)}"
+    named = [f"{k} AS k{i}" for i, k in enumerate(keys)] if rng.random() < 0.4 else keys
+    if "CAST(" in "".join(named):
+        named = [f"{k} AS k{i}" for i, k in enumerate(keys)]
+    text = f"SELECT {', '.join([*named, *aggs])} FROM {src.sql()}{where(rng, src, 0.3)}"
     if keys:
         text += f" GROUP BY {', '.join(keys)}"
     if rng.random() < 0.25:
@@ -397,6 +404,7 @@ def analytic(rng: random.Random) -> str:
             f"SUM({x}) OVER ({over} ROWS UNBOUNDED PRECEDING)",
             f"COUNT(*) OVER ({over} ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)",
             f"MAX({x}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+            f"SUM({x}) OVER ({over} RANGE BETWEEN INTERVAL '90' SECOND PRECEDING AND CURRENT ROW)",
         ]
     )
     return f"SELECT {src.col(s.id)}, {call} AS v FROM {src.sql()}{where(rng, src, 0.3)}"
@@ -483,6 +491,8 @@ def nested(rng: random.Random) -> str:
                 f"{src.col(src.windowing.end)} AS we",
             ]
             renamed = ["ws", "we", *rng.sample(["g"], k=rng.randint(0, 1))]
+            if src.windowing.session_key and rng.random() < 0.8:  # sessions per key: by key
+                names[0], renamed = f"{src.col(src.windowing.session_key)} AS g", ["ws", "we", "g"]
         inner = f"SELECT {', '.join(names)} FROM {src.sql()}{where(rng, src, 0.5)}"
         agg = rng.choice(["SUM(x)", "COUNT(*)", "MAX(x)", "COUNT(DISTINCT x)"])
         keys = ", ".join(renamed)
