@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from fuzz_grammar import STREAMS, WINDOWING_CALL, Replay, Stream, make_replay, random_query
-from sql_helpers import iso, result, spark_runs
+from sql_helpers import iso, result, spark_runs, write_replay
 
-from headwater.sql import sql
+from headwater.sql import read_replay, sql
 from headwater.sql.catalog import PTIME
 from headwater.sql.errors import SqlError
 
@@ -313,3 +313,23 @@ def test_the_replays_have_what_the_fuzzer_needs(tmp_path) -> None:
     end = replay.checkpoints[-1]
     everything = bounded(duckdb.connect(), reference_of(text, replay), replay, nothing_dropped, end)
     assert difference(run.table(end), everything) != ""
+
+
+def test_a_row_bridging_a_closed_session_merges_it(tmp_path) -> None:
+    """Found by the fuzzer: a row whose own window ends after the watermark is not
+    late, yet it may start before the end of a session the watermark has closed.
+    That session's state must still be there for the row to merge into it, as in
+    the bounded query (one session of both rows, not two)."""
+    steps = [
+        ("10:05", [("10:00", 1)], "10:03"),  # the session [10:00, 10:02) closes
+        ("10:06", [("10:01:30", 2)], "10:03"),  # [10:01:30, 10:03:30): not late
+    ]
+    path = write_replay(tmp_path / "bids.jsonl", "2024-01-01", steps, "bidtime", ("bidtime", "n"))
+    text = (
+        "SELECT wstart, wend, COUNT(*) AS c FROM Session(data => TABLE(Bid), "
+        "timecol => DESCRIPTOR(bidtime), gap => INTERVAL '2' MINUTE) GROUP BY wstart, wend"
+    )
+    view = sql(text, tables={"Bid": read_replay(path, "Bid", "bidtime")}).to_pandas()
+    assert [tuple(map(cell, row)) for row in view.itertuples(index=False)] == [
+        ("2024-01-01T10:00:00", "2024-01-01T10:03:30", 2.0)
+    ]
