@@ -7,10 +7,11 @@ same text over the rows arrived by then and not dropped as late (its dead
 letters say which; a hopping window drops a row from the windows that are
 closed only), compared as multisets with a float tolerance. Each windowing TVF
 call is replaced for DuckDB by the relation of its (row, window) pairs, from
-headwater's bounded expansion (checked by hand in test_bounded_random.py). The only other outcome allowed is a refusal before the query
-runs: a :class:`SqlError` of the planner with a position. Anything else (other
-rows, an error while running, an error from inside DuckDB, pandas or pyarrow)
-fails with the seed and the query's text.
+headwater's bounded expansion (checked by hand in test_bounded_random.py).
+The only other outcome allowed is a refusal before the query runs: a
+:class:`SqlError` of the planner with a position. Anything else (other rows,
+an error while running, an error from inside DuckDB, pandas or pyarrow) fails
+with the seed and the query's text.
 
 Every CI run fuzzes a fixed list of seeds and one rotating seed (the day's, or
 ``HEADWATER_FUZZ_SEED``), :data:`PER_SEED` queries each on the local runner,
