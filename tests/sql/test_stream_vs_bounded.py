@@ -49,9 +49,15 @@ SPARK_SEED = 7
 BY_NAME = {stream.name: stream for stream in STREAMS}
 #: Silent differences the fuzzer found and headwater does not fix yet: (seed, query
 #: number) -> why. Left out of their batch; test_known_differences expects each to fail.
+_NO_ROWS_YET = (
+    "a global aggregate's table view is empty until a row of its stream arrives; "
+    "the bounded query over no rows is one row (COUNT(*) = 0)"
+)
 KNOWN_DIFFERENCES = {
-    (10, 4): "a global aggregate's table view is empty until a row of its stream "
-    "arrives; the bounded query over no rows is one row (COUNT(*) = 0)",
+    (10, 4): _NO_ROWS_YET,  # over a stream
+    (105, 13): _NO_ROWS_YET,  # over a TUMBLE, not grouped by the window
+    (116, 17): _NO_ROWS_YET,  # with FILTER
+    (124, 11): _NO_ROWS_YET,  # over a LEFT JOIN
 }
 
 
