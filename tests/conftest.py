@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Print how many bad-input cases ran (tests/bad_input/: one case a test id)."""
+    """Print how many bad-input cases ran (tests/bad_input/: one case a test id),
+    and the streaming fuzzer's counts."""
     outcomes: dict[str, int] = {}
     for outcome in ("passed", "failed", "skipped", "xfailed", "xpassed", "error"):
         for report in terminalreporter.stats.get(outcome, []):
@@ -101,3 +103,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
         total = sum(outcomes.values())
         parts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
         terminalreporter.write_line(f"bad-input cases: {total} ({parts})")
+    _fuzz_summary(terminalreporter)
+
+
+def _fuzz_summary(terminalreporter) -> None:
+    """Print how many queries the streaming fuzzer ran and how many were refused
+    (each of its tests records them as ``fuzz_ran`` / ``fuzz_refused`` properties)."""
+    fuzzed: Counter = Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) == "call":
+                fuzzed.update({k: v for k, v in report.user_properties if k.startswith("fuzz_")})
+    if fuzzed:
+        terminalreporter.write_line(
+            f"streaming fuzzer (tests/sql/test_stream_vs_bounded.py): {fuzzed['fuzz_ran']} "
+            f"queries ran, {fuzzed['fuzz_refused']} refused by the planner"
+        )

@@ -56,14 +56,22 @@ class QueryPlan:
     def windowing(self) -> WindowingStrategy:
         """The model's windowing of the query's event-time groups: its window, the
         EMIT trigger and retention, accumulating (retracting for merging windows,
-        so that the groups a merge takes away are withdrawn)."""
+        so that the groups a merge takes away are withdrawn).
+
+        A session is kept a gap longer: a row that is not late (its own window
+        ``[t, t + gap)`` ends after the watermark) may still start before a closed
+        session's end and bridge it; with the session's state gone, it would open
+        a session of its own where the bounded query has one merged session."""
         merging = self.window_fn.is_merging
+        retention = self.emit.retention()
+        if isinstance(self.window_fn, Sessions):
+            retention = max(retention, self.window_fn.gap)
         return WindowingStrategy(
             window_fn=self.window_fn,
             trigger=self.emit.trigger(),
             accumulation=Accumulation.RETRACTING if merging else Accumulation.ACCUMULATING,
             allowed_lateness=self.allowed_lateness,
-            retention=self.emit.retention(),
+            retention=retention,
         )
 
     @property
