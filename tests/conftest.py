@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from headwater.io.kafka import cached_spark_jars
+from headwater.io.sinks.delta import cached_delta_jars
 
 # Spark's Python workers must run the interpreter running the tests (the venv's),
 # whatever `python3` on PATH is. Set before any SparkSession starts.
@@ -60,7 +61,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
         "spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch / 'derby'}"
     )
     # Spark's Kafka connector (local jars resolved by scripts/kafka.sh: offline here).
-    jars = cached_spark_jars()
+    # Delta's Spark connector too (scripts/kafka.sh delta-jars), to read Delta tables.
+    jars = ",".join(j for j in (cached_spark_jars(), cached_delta_jars()) if j)
     if jars:
         builder = builder.config("spark.jars", jars)
     session = builder.getOrCreate()
