@@ -8,8 +8,8 @@ Needs a broker (``bash scripts/kafka.sh`` prints its address; default
 (resolved once by ``scripts/kafka.sh jars``). It writes ``--events`` JSON records
 ``{"key", "value", "et"}`` (``--keys`` keys, event times 2 ms apart, each up to
 ``--disorder`` ms out of order, none late: keep it under ``--delay``) to a new
-topic of ``--partitions`` partitions (event i in partition i mod P) with one
-Spark batch write, then runs, in ONE SparkSession, each from
+topic of ``--partitions`` partitions (event i in partition i mod P, in order) with
+one Spark batch write, then runs, in ONE SparkSession, each from
 the earliest offset with ``maxOffsetsPerTrigger`` and ``trigger(availableNow)``:
 
 (a) Spark native: ``from_json``, ``withWatermark(et, delay)``,
@@ -115,9 +115,9 @@ def fill_topic(spark, bootstrap: str, events: int, args) -> str:
     admin.create_topics([new])[topic].result(30)
     i = F.col("id")
     et_ms = F.lit(BASE_MS) + i * 2 + (i * 7919) % max(args.disorder, 1)
-    # Event i to partition i mod P: every micro-batch (an equal share of each
-    # partition) covers one stretch of event time, so no event is late.
-    rows = spark.range(events).select(
+    # Event i to partition i mod P, written in order by one task: every micro-batch
+    # (an equal share of each partition) covers one stretch of event time.
+    rows = spark.range(0, events, 1, 1).select(
         (i % args.partitions).cast("int").alias("partition"),
         F.to_json(
             F.struct(

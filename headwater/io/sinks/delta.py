@@ -52,6 +52,11 @@ log = logging.getLogger(__name__)
 #: Delta Lake's Spark connector for the pinned PySpark 4.2.0 (Delta 4.4.0 is built
 #: against Spark 4.2.0).
 DELTA_SPARK_VERSION = "4.4.0"
+#: The session settings Delta's Spark connector needs (with its jars) to read a table.
+DELTA_SPARK_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 #: Changelog columns that describe the change, not the row.
 CHANGE_COLUMNS = ("undo", "ptime", "ver")
