@@ -304,6 +304,7 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
         error = query.exception()
     finally:
         query.stop()
+    print("broker restart:", "the query waited" if converged else f"the query failed: {error}")
     if not converged:
         # It failed instead of waiting: the error names Kafka, and a restart from
         # the checkpoint finishes the input.
