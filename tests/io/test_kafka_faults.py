@@ -199,11 +199,7 @@ def test_killed_mid_stream_restarts_from_its_checkpoint(spark, bootstrap, tmp_pa
 
     expected = _bounded(pd.concat([first, second], ignore_index=True))
     assert _rows(delta.read()) == expected
-    assert _rows(_upsert_table(upserts, bootstrap)) == expected
-
-
-def _upsert_table(topic: str, bootstrap: str) -> pd.DataFrame:
-    return read_upserts(topic, bootstrap)
+    assert _rows(read_upserts(upserts, bootstrap)) == expected
 
 
 # --------------------------------------------------------------- broker restart
@@ -312,4 +308,4 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
         query = _run(agg, checkpoint, sinks)
         assert query.exception() is None, query.exception()
     assert _rows(delta.read()) == expected
-    assert _rows(_upsert_table(upserts, address)) == expected
+    assert _rows(read_upserts(upserts, address)) == expected
