@@ -6,6 +6,7 @@
 #   bash scripts/kafka.sh stop             # stop it (the log directory is kept)
 #   bash scripts/kafka.sh status           # prints host:port when it answers, else exit 3
 #   bash scripts/kafka.sh jars             # Spark's connector jars, comma separated
+#   bash scripts/kafka.sh delta-jars       # Delta Lake's Spark connector jars, comma separated
 #
 # Idempotent and safe to run twice. Jars come from Maven Central through `mvn
 # dependency:copy-dependencies` (a generated pom) into a cache folder outside the checkout,
@@ -20,6 +21,11 @@
 # Central serves; 4.3.0's is not published there) and its
 # own dependencies not already in pyspark's jars (spark-token-provider-kafka-0-10,
 # kafka-clients, commons-pool2).
+#
+# Delta Lake's Spark connector (for spark.read.format("delta") of the tables DeltaSink
+# writes): io.delta:delta-spark_2.13 and delta-storage at $HEADWATER_DELTA_SPARK (default
+# 4.4.0, the release built against Spark 4.2.0), without their other dependencies (pyspark
+# ships them).
 set -euo pipefail
 
 version="${HEADWATER_KAFKA_VERSION:-4.1.1}"
@@ -27,6 +33,8 @@ connector="${HEADWATER_SPARK_KAFKA:-4.2.0}"
 cache="${HEADWATER_CACHE:-$HOME/.cache/headwater}"
 jars_dir="$cache/kafka-$version"
 connector_dir="$cache/spark-sql-kafka-$connector"
+delta_spark="${HEADWATER_DELTA_SPARK:-4.4.0}"
+delta_dir="$cache/delta-spark-$delta_spark"
 dir="${HEADWATER_KAFKA_DIR:-/tmp/headwater-kafka}"
 port="${HEADWATER_KAFKA_PORT:-59092}"
 controller_port="$((port + 1))"
@@ -87,6 +95,13 @@ connector_jars() {
     -- -DexcludeTransitive=true
 }
 
+delta_jars() {
+  fetch "$delta_dir" \
+    "io.delta:delta-spark_2.13:$delta_spark" \
+    "io.delta:delta-storage:$delta_spark" \
+    -- -DexcludeTransitive=true
+}
+
 # --- the broker ----------------------------------------------------------------------
 pid_of() { [ -f "$dir/broker.pid" ] && cat "$dir/broker.pid"; }
 alive() { local p; p="$(pid_of)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
@@ -98,6 +113,11 @@ case "$action" in
   jars)
     connector_jars
     ls "$connector_dir"/*.jar | paste -sd, -
+    exit 0
+    ;;
+  delta-jars)
+    delta_jars
+    ls "$delta_dir"/*.jar | paste -sd, -
     exit 0
     ;;
   stop)
@@ -120,13 +140,14 @@ case "$action" in
     ;;
   start) ;;
   *)
-    log "usage: $0 [start|stop|status|jars]"
+    log "usage: $0 [start|stop|status|jars|delta-jars]"
     exit 2
     ;;
 esac
 
 broker_jars
 connector_jars
+delta_jars
 if alive && answers; then
   log "already running ($dir)"
   echo "$bootstrap"

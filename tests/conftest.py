@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from headwater.io.kafka import cached_spark_jars
+from headwater.io.sinks.delta import DELTA_SPARK_CONF, cached_delta_jars
 
 # Spark's Python workers must run the interpreter running the tests (the venv's),
 # whatever `python3` on PATH is. Set before any SparkSession starts.
@@ -61,9 +62,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
         "spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch / 'derby'}"
     )
     # Spark's Kafka connector (local jars resolved by scripts/kafka.sh: offline here).
-    jars = cached_spark_jars()
+    # Delta's Spark connector too (scripts/kafka.sh delta-jars), to read Delta tables:
+    # its reader needs Delta's session extension and catalog (other tables pass through).
+    delta = cached_delta_jars()
+    jars = ",".join(j for j in (cached_spark_jars(), delta) if j)
     if jars:
         builder = builder.config("spark.jars", jars)
+    if delta:
+        for key, value in DELTA_SPARK_CONF.items():
+            builder = builder.config(key, value)
+        # Tiny tables: replay the Delta log in 2 tasks, not 50.
+        builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     yield session

@@ -40,7 +40,7 @@ def test_readme_kafka_section_runs(spark, capsys):
     start = text.index("## Kafka in and out")
     section = text[start : text.index("\n## ", start + 1)]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
@@ -50,6 +50,13 @@ def test_readme_kafka_section_runs(spark, capsys):
         ("blue", "2026-01-01T09:00:00.000Z", 4),
         ("red", "2026-01-01T09:00:00.000Z", 3),
         ("red", "2026-01-01T09:01:00.000Z", 1),
+    ]
+    lake = namespace["DeltaTable"](namespace["lake"]).to_pandas()
+    rows = sorted(zip(lake["team"], lake["window_start"].astype(str), lake["total"], strict=True))
+    assert rows == [
+        ("blue", "2026-01-01 09:00:00", 4),
+        ("red", "2026-01-01 09:00:00", 3),
+        ("red", "2026-01-01 09:01:00", 1),
     ]
     letters = namespace["local"].dead_letters()
     assert letters["kafka_value"].tolist() == ["not json"]

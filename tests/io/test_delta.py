@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 import headwater as hw
 from headwater.io.replay import read_replay, write_timeline
-from headwater.io.sinks.delta import DeltaSink
+from headwater.io.sinks.delta import DeltaSink, cached_delta_jars
 
 # Sessions merge as data arrives; b at 1000 arrives after its window closed (dropped).
 EVENTS = pd.DataFrame(
@@ -162,6 +162,11 @@ def test_spark_stream_into_delta_equals_the_table_view(spark, local, tmp_path):
     assert query.exception() is None, query.exception()
     assert _rows(DeltaTable(str(tmp_path / "t")).to_pandas()) == _rows(final)
     assert sink.last_batch_id() is not None and sink.last_batch_id() >= 1
+    # Any Delta reader: Spark's own Delta connector reads the same table.
+    if cached_delta_jars() is None:
+        pytest.fail("Delta's Spark connector is not resolved: run bash scripts/kafka.sh delta-jars")
+    by_spark = spark.read.format("delta").load(str(tmp_path / "t")).toPandas()
+    assert _rows(by_spark) == _rows(final)
 
 
 BIDS = pd.DataFrame(

@@ -36,8 +36,8 @@ from fuzz_grammar import STREAMS, WINDOWING_CALL, Replay, Stream, make_replay, r
 from sql_helpers import iso, result, spark_runs, write_replay
 
 from headwater.sql import read_replay, sql
-from headwater.sql.catalog import PTIME
 from headwater.sql.errors import SqlError
+from headwater.sql.plan.catalog import PTIME
 
 FIXED_SEEDS = tuple(range(1, 21))
 ROTATING_SEED = int(os.environ.get("HEADWATER_FUZZ_SEED", datetime.date.today().toordinal()))
@@ -285,7 +285,7 @@ def test_fewer_than_a_tenth_refused(outcomes) -> None:
 def spark_sample(spark, outcomes, tmp_path_factory) -> tuple[Replay, dict]:
     """The first :data:`SPARK_SAMPLE` queries of :data:`SPARK_SEED` the local
     runner ran, each run once on Spark (concurrently: :func:`spark_runs`)."""
-    from headwater.sql.spark import SparkSqlQuery
+    from headwater.sql.execute.spark import SparkSqlQuery
 
     replay = make_replay(SPARK_SEED, tmp_path_factory.mktemp("fuzz-spark"))
     texts = outcomes(SPARK_SEED).accepted[:SPARK_SAMPLE]

@@ -23,7 +23,11 @@ skipped, so a replayed batch changes nothing: not the rows, not the version.
 
 Written with ``deltalake`` (delta-rs, the ``delta`` extra): no JVM connector
 is needed, so it runs the same from the local runner and from Spark's
-``foreachBatch`` (the batch is collected to the driver as Arrow).
+``foreachBatch`` (the batch is collected to the driver as Arrow). Spark reads
+the table with Delta's own connector (``io.delta:delta-spark_2.13``
+:data:`DELTA_SPARK_VERSION`, built against Spark 4.2): ``scripts/kafka.sh
+delta-jars`` resolves its jars once, :func:`cached_delta_jars` lists them for
+``spark.jars``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +48,15 @@ from headwater.model.panes import Accumulation
 from headwater.model.schema import WINDOW_COLUMNS
 
 log = logging.getLogger(__name__)
+
+#: Delta Lake's Spark connector for the pinned PySpark 4.2.0 (Delta 4.4.0 is built
+#: against Spark 4.2.0).
+DELTA_SPARK_VERSION = "4.4.0"
+#: The session settings Delta's Spark connector needs (with its jars) to read a table.
+DELTA_SPARK_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 #: Changelog columns that describe the change, not the row.
 CHANGE_COLUMNS = ("undo", "ptime", "ver")
@@ -208,6 +222,16 @@ class DeltaSink:
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.path!r}, key={self.key!r})"
+
+
+def cached_delta_jars() -> str | None:
+    """Delta's Spark connector jars as a ``spark.jars`` value when ``scripts/kafka.sh
+    delta-jars`` has resolved them (into ``$HEADWATER_CACHE``), else None."""
+    cache = os.environ.get("HEADWATER_CACHE") or os.path.expanduser("~/.cache/headwater")
+    cached = Path(cache) / f"delta-spark-{DELTA_SPARK_VERSION}"
+    if not (cached / ".complete").exists():
+        return None
+    return ",".join(sorted(str(p) for p in cached.glob("*.jar")))
 
 
 def _last_per(table: pa.Table, key: Sequence[str]) -> pa.Table:
