@@ -24,8 +24,12 @@ export PYSPARK_PYTHON="$root/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$root/.venv/bin/python"
 
 set +e
-# --durations: the slowest tests, to keep the suite within its time budget.
-"$root/.venv/bin/python" -m pytest -q --durations=25 "$@"
+# Two pytest workers (pytest-xdist), a module each at a time (--dist loadfile: a
+# module's tests share their fixtures and its SparkSession): most of a Spark test's
+# time is waiting on a micro-batch, so two fill two cores. HEADWATER_TEST_WORKERS=0
+# runs in this process. --durations: the slowest tests, to keep the suite in budget.
+workers="${HEADWATER_TEST_WORKERS:-2}"
+"$root/.venv/bin/python" -m pytest -q --durations=25 -n "$workers" --dist loadfile "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
