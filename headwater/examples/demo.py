@@ -239,10 +239,15 @@ def report(panes: pd.DataFrame, dropped: pd.DataFrame, recorded: pd.DataFrame, c
     # minus the dead letters, per team and window.
     signed = panes.total.where(~panes.is_retraction, -panes.total)
     final = signed.groupby([panes.team, panes.window_start]).sum()
-    kept = recorded.merge(
-        dropped.rename(columns={"event_time": "ts"})[["team", "ts"]].assign(gone=True)
+    # A dead letter carries the whole record (team, ts, score) and the model's
+    # event_time (ms): the event time identifies the row in the recorded input.
+    gone = (
+        dropped.drop(columns=["ts"], errors="ignore").rename(columns={"event_time": "ts"})
         if len(dropped)
-        else pd.DataFrame(columns=["team", "ts", "gone"]),
+        else pd.DataFrame(columns=["team", "ts"])
+    )
+    kept = recorded.merge(
+        gone[["team", "ts"]].assign(gone=True),
         on=["team", "ts"],
         how="left",
     )
