@@ -79,6 +79,22 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """The test broker's address (HEADWATER_TEST_KAFKA, from scripts/kafka.sh), with
+    Spark's Kafka connector resolved; missing: skip, or fail under CI, which must
+    run the Kafka tests."""
+    address = os.environ.get("HEADWATER_TEST_KAFKA", "").strip()
+    if not address:
+        if os.environ.get("CI"):
+            pytest.fail("HEADWATER_TEST_KAFKA is not set: CI must run the Kafka tests")
+        pytest.skip("HEADWATER_TEST_KAFKA is not set (export it from scripts/kafka.sh)")
+    pytest.importorskip("confluent_kafka")
+    if cached_spark_jars() is None:
+        pytest.fail("Spark's Kafka connector is not resolved: run bash scripts/kafka.sh")
+    return address
+
+
 @pytest.fixture
 def tmp_checkpoint(tmp_path: Path) -> str:
     """A fresh, empty checkpoint location (a path string) for one streaming query."""

@@ -4,24 +4,16 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from headwater.bench import kafka as bench_kafka
-from headwater.io.kafka import cached_spark_jars
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-def test_bench_kafka_runs_both_engines(spark, capsys):
-    address = os.environ.get("HEADWATER_TEST_KAFKA", "").strip()
-    if not address:
-        if os.environ.get("CI"):
-            pytest.fail("HEADWATER_TEST_KAFKA is not set: CI must run the Kafka tests")
-        pytest.skip("HEADWATER_TEST_KAFKA is not set (export it from scripts/kafka.sh)")
-    if cached_spark_jars() is None:
-        pytest.fail("Spark's Kafka connector is not resolved: run bash scripts/kafka.sh")
+def test_bench_kafka_runs_both_engines(spark, capsys, kafka_bootstrap):
+    address = kafka_bootstrap
     argv = ["--events", "1000", "--keys", "3", "--window", "1", "--delay", "0", "--disorder", "1"]
     argv += ["--max-offsets-per-trigger", "500", "--warmup-events", "0"]
     argv += ["--bootstrap", address, "--json"]

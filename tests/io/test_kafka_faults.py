@@ -31,7 +31,6 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 import headwater as hw
-from headwater.io.kafka import cached_spark_jars
 from headwater.io.sinks import fan_out
 from headwater.io.sinks.delta import DeltaSink
 from headwater.io.sinks.kafka import KafkaSink, read_upserts
@@ -45,18 +44,9 @@ EPOCH = pd.Timestamp(0, tz="UTC")
 
 
 @pytest.fixture(scope="module")
-def bootstrap() -> str:
-    """The shared broker's address; missing: skip, or fail under CI."""
-    address = os.environ.get("HEADWATER_TEST_KAFKA", "").strip()
-    if not address:
-        if os.environ.get("CI"):
-            pytest.fail("HEADWATER_TEST_KAFKA is not set: CI must run the Kafka tests")
-        pytest.skip("HEADWATER_TEST_KAFKA is not set (export it from scripts/kafka.sh)")
-    pytest.importorskip("confluent_kafka")
+def bootstrap(kafka_bootstrap: str) -> str:
     pytest.importorskip("deltalake")
-    if cached_spark_jars() is None:
-        pytest.fail("Spark's Kafka connector is not resolved: run bash scripts/kafka.sh")
-    return address
+    return kafka_bootstrap
 
 
 def _events(phase: int, n: int) -> pd.DataFrame:
