@@ -45,7 +45,13 @@ started=$SECONDS
 rm -rf "$venv"
 "$py" -m venv "$venv"
 log "pip install apache-flink==$version into $venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "apache-flink==$version"
+# Every package at the version the tests ran with (scripts/flink.lock), for 2.3.0.
+constraints=()
+if [ "$version" = 2.3.0 ]; then
+  constraints=(-c "$(dirname "${BASH_SOURCE[0]}")/flink.lock")
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "${constraints[@]}" \
+  "apache-flink==$version"
 "$python" -c 'import pyflink.table' >&2
 touch "$venv/.installed"
 log "installed in $((SECONDS - started)) s"
