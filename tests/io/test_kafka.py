@@ -12,6 +12,7 @@ view of the panes.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 import uuid
@@ -86,7 +87,9 @@ def _topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
     return name
 
 
-def _produce(bootstrap: str, topic: str, values: list[str], timestamp: int) -> list[tuple]:
+def _produce(
+    bootstrap: str, topic: str, values: list[str] | list[bytes], timestamp: int
+) -> list[tuple]:
     """Write ``values`` round-robin over the partitions; their (partition, offset)."""
     from confluent_kafka import Producer
 
@@ -95,7 +98,7 @@ def _produce(bootstrap: str, topic: str, values: list[str], timestamp: int) -> l
     for i, v in enumerate(values):
         producer.produce(
             topic,
-            value=v.encode(),
+            value=v if isinstance(v, bytes) else v.encode(),
             partition=i % PARTITIONS,
             timestamp=timestamp,
             on_delivery=lambda err, msg, i=i: delivered.__setitem__(
@@ -486,3 +489,118 @@ def test_the_connector_is_of_the_pinned_pyspark_version():
     script = (Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh").read_text()
     assert CONNECTOR_VERSION == version("pyspark")
     assert f'connector="${{HEADWATER_SPARK_KAFKA:-{CONNECTOR_VERSION}}}"' in script
+
+
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Score",
+        "fields": [
+            {"name": "user", "type": "string"},
+            {"name": "score", "type": "long"},
+            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "note", "type": ["null", {"type": "map", "values": "string"}]},
+        ],
+    }
+)
+#: (user, event time ms, score); the fourth value is not Avro (a dead letter).
+AVRO_EVENTS = [("a", 101_000, 1), ("b", 101_500, 2), ("a", 112_000, 5), ("c", 131_000, 4)]
+GARBAGE = b"not avro"
+
+
+def _avro_values() -> list[bytes]:
+    import fastavro
+
+    schema = fastavro.parse_schema(json.loads(AVRO_SCHEMA))
+    out = []
+    for user, ms, score in AVRO_EVENTS:
+        buf = io.BytesIO()
+        ts = pd.Timestamp(ms, unit="ms", tz="UTC").to_pydatetime()
+        fastavro.schemaless_writer(buf, schema, {"user": user, "score": score, "ts": ts})
+        out.append(buf.getvalue())
+    return out[:3] + [GARBAGE] + out[3:]
+
+
+def _avro_expected() -> pd.DataFrame:
+    frame = pd.DataFrame(AVRO_EVENTS, columns=["user", "ts", "score"])
+    frame["ts"] = pd.to_datetime(frame["ts"], unit="ms", utc=True)
+    frame["arrival"] = pd.Timestamp(0, tz="UTC")
+    stream = hw.from_pandas(frame, "ts", arrival_time="arrival", watermark="2 seconds")
+    return _pipeline(stream).to_pandas()
+
+
+@pytest.fixture(scope="module")
+def avro_topic(bootstrap):
+    """A three-partition topic of Avro records and one garbage value; its (partition, offset)."""
+    topic = _topic(bootstrap)
+    offsets = _produce(bootstrap, topic, _avro_values(), int(time.time() * 1000))
+    return topic, offsets[3]
+
+
+def _check_avro_letter(letters: pd.DataFrame, topic: str, where: tuple) -> None:
+    got = letters[letters["kafka_offset"].notna()]
+    rows = [
+        (t, int(p), int(o), r, bytes(v))
+        for t, p, o, r, v in got[
+            ["kafka_topic", "kafka_partition", "kafka_offset", "reason", "kafka_value"]
+        ].itertuples(index=False)
+    ]
+    assert rows == [(topic, *where, "malformed", GARBAGE)]
+
+
+def _avro_stream(topic: str, bootstrap: str, **kwargs):
+    return hw.from_kafka(
+        topic,
+        bootstrap,
+        schema="user string, score bigint, ts timestamp",  # not the map field
+        event_time="ts",
+        watermark="2 seconds",
+        format="avro",
+        avro_schema=AVRO_SCHEMA,
+        **kwargs,
+    )
+
+
+def test_local_runner_reads_avro(bootstrap, avro_topic):
+    topic, where = avro_topic
+    agg = _pipeline(_avro_stream(topic, bootstrap, runner="local"))
+    assert _panes(agg.to_pandas()) == _panes(_avro_expected())
+    _check_avro_letter(agg.dead_letters(), topic, where)
+
+
+@pytest.mark.spark
+def test_spark_reads_avro(spark, bootstrap, avro_topic, tmp_path):
+    topic, where = avro_topic
+    agg = _pipeline(_avro_stream(topic, bootstrap, spark=spark))
+    got: dict[tuple[str, int], pd.DataFrame] = {}
+    query = agg.start(
+        checkpoint_location=str(tmp_path / "ck"),
+        panes_sink=lambda b, i: got.__setitem__(("p", i), b.toPandas()),
+        dead_letter_sink=lambda b, i: got.__setitem__(("d", i), b.toPandas()),
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    panes = pd.concat([v for k, v in got.items() if k[0] == "p"], ignore_index=True)
+    letters = pd.concat([v for k, v in got.items() if k[0] == "d"], ignore_index=True)
+    assert _panes(panes) == _panes(_avro_expected())
+    _check_avro_letter(letters, topic, where)
+
+
+def test_avro_schema_rules():
+    """Declared columns must be fields of the Avro record, of the same type."""
+    with pytest.raises(ValueError, match="'score' bigint is Avro type string"):
+        KafkaSource(
+            "t",
+            "u",
+            {"score": "bigint"},
+            "score",
+            format="avro",
+            avro_schema=json.dumps(
+                {"type": "record", "name": "R", "fields": [{"name": "score", "type": "string"}]}
+            ),
+        )
+    with pytest.raises(ValueError, match="field 'note' has a type"):
+        hw.from_kafka("t", "u", event_time="ts", format="avro", avro_schema=AVRO_SCHEMA)
+    with pytest.raises(ValueError, match="takes avro_schema"):
+        KafkaSource("t", "u", {"ts": "timestamp"}, "ts", format="avro")
