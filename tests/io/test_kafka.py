@@ -604,3 +604,37 @@ def test_avro_schema_rules():
         hw.from_kafka("t", "u", event_time="ts", format="avro", avro_schema=AVRO_SCHEMA)
     with pytest.raises(ValueError, match="takes avro_schema"):
         KafkaSource("t", "u", {"ts": "timestamp"}, "ts", format="avro")
+
+
+def test_sql_script_reads_avro(bootstrap, avro_topic):
+    """'format' = 'avro' with 'avro.schema' in the DDL, on the local runner: the
+    window totals of the Avro records; the garbage value fails the script with its
+    partition and offset (a SQL source's rule for undecodable records)."""
+    from headwater.sql.errors import SqlError
+    from headwater.sql.script import run_script
+
+    good = _topic(bootstrap)
+    _produce(bootstrap, good, [v for v in _avro_values() if v != GARBAGE], 0)
+    query = (
+        "SELECT window_start, SUM(score) AS total FROM TABLE(TUMBLE(TABLE S, "
+        "DESCRIPTOR(ts), INTERVAL '10' SECONDS)) GROUP BY window_start, window_end"
+    )
+
+    def script(topic: str) -> str:
+        return (
+            "CREATE TABLE S (`user` VARCHAR, score BIGINT, ts TIMESTAMP, "
+            "WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) "
+            f"WITH ('connector' = 'kafka', 'topic' = '{topic}', "
+            f"'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'avro', "
+            f"'avro.schema' = '{AVRO_SCHEMA}');\n{query};"
+        )
+
+    (result,) = list(run_script(script(good)))
+    got = sorted(
+        (pd.Timestamp(s).value // 10**6, int(t))
+        for s, t in zip(result["window_start"], result["total"], strict=True)
+    )
+    assert got == [(100_000, 3), (110_000, 5), (130_000, 4)]
+    topic, (partition, offset) = avro_topic
+    with pytest.raises(SqlError, match=f"partition {partition}, offset {offset}: not an Avro"):
+        list(run_script(script(topic)))
