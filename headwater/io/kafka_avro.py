@@ -16,6 +16,7 @@ import io
 import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 NOT_AVRO = "not an Avro record of the declared schema"
@@ -124,6 +125,27 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+class _Chained(io.RawIOBase):
+    """The container's header, then its blocks from one value on: read without
+    copying the blocks (a failed value restarts the pass right after it)."""
+
+    def __init__(self, header: bytes, body: memoryview) -> None:
+        self.parts = [memoryview(header), body]
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self.parts and not len(self.parts[0]):
+            self.parts.pop(0)
+        if not self.parts:
+            return 0
+        n = min(len(buffer), len(self.parts[0]))
+        buffer[:n] = self.parts[0][:n]
+        self.parts[0] = self.parts[0][n:]
+        return n
+
+
 def _decode_all(values: list[bytes], parsed: Any) -> tuple[list[dict], list[int]]:
     """Decode ``values`` in fastavro's compiled loop: each value one block of an
     in-memory container file (its size framed, so no value can shift the next).
@@ -135,13 +157,16 @@ def _decode_all(values: list[bytes], parsed: Any) -> tuple[list[dict], list[int]
     fastavro.writer(head, parsed, [], sync_marker=_SYNC)
     header = head.getvalue()
     blocks = [b"\x02" + _varint(len(v)) + v + _SYNC for v in values]
+    body = memoryview(b"".join(blocks))
+    ends = np.cumsum([len(b) for b in blocks])
     records: list[dict] = []
     bad: list[int] = []
     start = 0
     while start < len(values):
         done = 0
+        offset = int(ends[start - 1]) if start else 0
         try:
-            for rec in fastavro.reader(io.BytesIO(header + b"".join(blocks[start:]))):
+            for rec in fastavro.reader(io.BufferedReader(_Chained(header, body[offset:]))):
                 records.append(rec)
                 done += 1
         except Exception:  # noqa: BLE001 - any failure is this value's: a dead letter

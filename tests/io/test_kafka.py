@@ -587,6 +587,61 @@ def test_spark_reads_avro(spark, bootstrap, avro_topic, tmp_path):
     _check_avro_letter(letters, topic, where)
 
 
+def test_avro_decode_rules():
+    """The local Avro decoder without a broker: bad values in a row, a truncated
+    one, a null value, at the ends; a null event time; micros and float types."""
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "x", "type": "float"},
+            {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+        ],
+    }
+    parsed = fastavro.parse_schema(schema)
+
+    def enc(x: float, ts: int | None) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, {"x": x, "ts": ts})
+        return buf.getvalue()
+
+    good = enc(1.5, 2_000_000)
+    values = [b"\xff", good, b"zz", b"\x01", good[:-1], None, enc(2.5, None), good, b""]
+    raw = pd.DataFrame(
+        {
+            "kafka_topic": "t",
+            "kafka_partition": 0,
+            "kafka_offset": range(len(values)),
+            "kafka_timestamp": 0,
+            "kafka_key": None,
+            "kafka_value": pd.Series(values, dtype=object),
+        }
+    )
+    source = KafkaSource(
+        "t",
+        "u",
+        {"x": "double", "ts": "timestamp"},
+        "ts",
+        format="avro",
+        avro_schema=json.dumps(schema),
+    )
+    records, rejects = decode_pandas(raw, source)
+    assert records["x"].tolist() == [1.5, 1.5]
+    assert records["ts"].tolist() == [pd.Timestamp(2_000_000, unit="us", tz="UTC")] * 2
+    assert rejects[["kafka_offset", "reason"]].values.tolist() == [
+        [0, "malformed"],
+        [2, "malformed"],
+        [3, "malformed"],
+        [4, "malformed"],
+        [5, "malformed"],
+        [6, "null_event_time"],
+        [8, "malformed"],
+    ]
+    assert rejects["kafka_value"].tolist() == [v for i, v in enumerate(values) if i not in (1, 7)]
+
+
 def test_avro_schema_rules():
     """Declared columns must be fields of the Avro record, of the same type."""
     with pytest.raises(ValueError, match="'score' bigint is Avro type string"):
