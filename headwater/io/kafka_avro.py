@@ -41,8 +41,14 @@ def _record(avro_schema: str) -> dict[str, Any]:
         parsed = json.loads(avro_schema)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"avro_schema is not a JSON Avro schema: {exc}") from None
-    if not isinstance(parsed, dict) or parsed.get("type") != "record":
-        raise ValueError('avro_schema must be an Avro record schema ({"type": "record", ...})')
+    if (
+        not isinstance(parsed, dict)
+        or parsed.get("type") != "record"
+        or not isinstance(parsed.get("fields"), list)
+    ):
+        raise ValueError(
+            'avro_schema must be an Avro record schema ({"type": "record", "fields": [...]})'
+        )
     return parsed
 
 
@@ -52,9 +58,9 @@ def _column_type(avro_type: Any) -> str | None:
         rest = [t for t in avro_type if t != "null"]
         return _column_type(rest[0]) if len(rest) == 1 and len(avro_type) == 2 else None
     if isinstance(avro_type, dict):
-        if avro_type.get("type") == "long" and avro_type.get("logicalType") in _TIME_UNITS:
-            return "timestamp"
-        inner = avro_type.get("type")
+        logical, inner = avro_type.get("logicalType"), avro_type.get("type")
+        if logical is not None:  # others (date, decimal, local-timestamp-*): none
+            return "timestamp" if inner == "long" and logical in _TIME_UNITS else None
         return _PRIMITIVES.get(inner) if isinstance(inner, str) else None
     return _PRIMITIVES.get(avro_type)
 
@@ -78,7 +84,17 @@ def all_columns(avro_schema: str) -> dict[str, str]:
 
 
 def check_columns(topic: str, schema: dict[str, str], avro_schema: str) -> None:
-    """Every declared column is a field of the Avro record, of the same type."""
+    """Every declared column is a field of the Avro record, of the same type; the
+    schema is valid Avro (checked by fastavro where it is installed)."""
+    try:
+        import fastavro
+    except ModuleNotFoundError:  # pragma: no cover - Spark alone: from_avro checks it
+        fastavro = None
+    if fastavro is not None:
+        try:
+            fastavro.parse_schema(_record(avro_schema))
+        except Exception as exc:  # noqa: BLE001 - fastavro's schema errors vary
+            raise ValueError(f"Kafka source {topic!r}: avro_schema is not valid: {exc}") from None
     fields = avro_columns(avro_schema)
     for name, kind in schema.items():
         found = fields.get(name, "missing")

@@ -657,6 +657,10 @@ def test_avro_schema_rules():
         )
     with pytest.raises(ValueError, match="field 'note' has a type"):
         hw.from_kafka("t", "u", event_time="ts", format="avro", avro_schema=AVRO_SCHEMA)
+    with pytest.raises(ValueError, match="avro_schema is not valid"):
+        KafkaSource(
+            "t", "u", {}, "ts", format="avro", avro_schema='{"type": "record", "fields": []}'
+        )
     with pytest.raises(ValueError, match="takes avro_schema"):
         KafkaSource("t", "u", {"ts": "timestamp"}, "ts", format="avro")
 
