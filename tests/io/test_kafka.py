@@ -27,6 +27,7 @@ from headwater.io.end_of_input import InputEndedError
 from headwater.io.kafka import (
     REJECT_COLUMNS,
     KafkaSource,
+    avro_dir,
     cached_spark_jars,
     consume,
     decode_pandas,
@@ -489,6 +490,9 @@ def test_the_connector_is_of_the_pinned_pyspark_version():
     script = (Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh").read_text()
     assert CONNECTOR_VERSION == version("pyspark")
     assert f'connector="${{HEADWATER_SPARK_KAFKA:-{CONNECTOR_VERSION}}}"' in script
+    # spark-avro (from_avro) too: the same version, in the cache the session reads.
+    assert 'avro_dir="$cache/spark-avro-$connector"' in script
+    assert avro_dir().name == f"spark-avro-{CONNECTOR_VERSION}"
 
 
 AVRO_SCHEMA = json.dumps(
