@@ -328,7 +328,7 @@ def from_kafka(
     topic: str,
     bootstrap_servers: str,
     *,
-    schema: str | dict[str, str],
+    schema: str | dict[str, str] | None = None,
     event_time: str,
     watermark: Any = None,
     runner: str = "spark",
@@ -336,10 +336,14 @@ def from_kafka(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     options: Mapping[str, str] | None = None,
+    format: str = "json",
+    avro_schema: str | None = None,
 ) -> EventStream:
     """An event stream over a Kafka topic of JSON records (:mod:`headwater.io.kafka`).
 
     ``schema``: the record's fields, ``"user string, score bigint, ts timestamp"``.
+    ``format="avro"``: each value is one Avro record (binary, no schema-registry
+    framing) of ``avro_schema`` (its JSON); ``schema`` then defaults to all its fields.
     ``runner="spark"``: a streaming DataFrame from Spark's Kafka source (its jars:
     :func:`headwater.io.kafka.spark_jars`; ``starting_offsets``,
     ``max_offsets_per_trigger`` and ``options`` are the source's options; offsets
@@ -350,15 +354,21 @@ def from_kafka(
     their topic, partition, offset and raw value, on both runners.
     """
     from headwater.io.kafka import KafkaSource, parse_schema, read_pandas, read_spark
+    from headwater.io.kafka_avro import all_columns
 
+    if schema is None and avro_schema is None:
+        raise ValueError("from_kafka needs schema= (or format='avro' with avro_schema=)")
+    columns = parse_schema(schema) if schema is not None else all_columns(avro_schema)
     source = KafkaSource(
         topic,
         bootstrap_servers,
-        parse_schema(schema),
+        columns,
         event_time,
         starting_offsets,
         max_offsets_per_trigger,
         dict(options or {}),
+        format,
+        avro_schema,
     )
     if runner == "local":
         records, rejects = read_pandas(source)

@@ -5,7 +5,7 @@
 #   bootstrap="$(bash scripts/kafka.sh)"   # fetch if needed, format, start; prints host:port
 #   bash scripts/kafka.sh stop             # stop it (the log directory is kept)
 #   bash scripts/kafka.sh status           # prints host:port when it answers, else exit 3
-#   bash scripts/kafka.sh jars             # Spark's connector jars, comma separated
+#   bash scripts/kafka.sh jars             # Spark's connector jars (+ spark-avro), comma separated
 #   bash scripts/kafka.sh delta-jars       # Delta Lake's Spark connector jars, comma separated
 #
 # Idempotent and safe to run twice. Jars come from Maven Central through `mvn
@@ -20,7 +20,8 @@
 # (default 4.2.0, the pinned PySpark's version: the newest whose connector Maven
 # Central serves; 4.3.0's is not published there) and its
 # own dependencies not already in pyspark's jars (spark-token-provider-kafka-0-10,
-# kafka-clients, commons-pool2).
+# kafka-clients, commons-pool2), and spark-avro (from_avro, for Avro records) of the same
+# version, without its dependencies (pyspark ships avro and xz).
 #
 # Delta Lake's Spark connector (for spark.read.format("delta") of the tables DeltaSink
 # writes): io.delta:delta-spark_2.13 and delta-storage at $HEADWATER_DELTA_SPARK (default
@@ -33,6 +34,7 @@ connector="${HEADWATER_SPARK_KAFKA:-4.2.0}"
 cache="${HEADWATER_CACHE:-$HOME/.cache/headwater}"
 jars_dir="$cache/kafka-$version"
 connector_dir="$cache/spark-sql-kafka-$connector"
+avro_dir="$cache/spark-avro-$connector"
 delta_spark="${HEADWATER_DELTA_SPARK:-4.4.0}"
 delta_dir="$cache/delta-spark-$delta_spark"
 dir="${HEADWATER_KAFKA_DIR:-/tmp/headwater-kafka}"
@@ -95,6 +97,10 @@ connector_jars() {
     -- -DexcludeTransitive=true
 }
 
+avro_jars() {
+  fetch "$avro_dir" "org.apache.spark:spark-avro_2.13:$connector" -- -DexcludeTransitive=true
+}
+
 delta_jars() {
   fetch "$delta_dir" \
     "io.delta:delta-spark_2.13:$delta_spark" \
@@ -112,7 +118,8 @@ ready() { answers && grep -q "Kafka Server started" "$dir/server.log" 2>/dev/nul
 case "$action" in
   jars)
     connector_jars
-    ls "$connector_dir"/*.jar | paste -sd, -
+    avro_jars
+    ls "$connector_dir"/*.jar "$avro_dir"/*.jar | paste -sd, -
     exit 0
     ;;
   delta-jars)
@@ -147,6 +154,7 @@ esac
 
 broker_jars
 connector_jars
+avro_jars
 delta_jars
 if alive && answers; then
   log "already running ($dir)"

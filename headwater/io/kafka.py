@@ -19,6 +19,11 @@ type, or a null event time is never dropped and never fails the query: it goes
 to the dead letters (:data:`REJECT_COLUMNS`: reason ``malformed`` or
 ``null_event_time``, an ``error`` text, and the record's topic, partition,
 offset, timestamp, key and raw value).
+
+``format="avro"`` with ``avro_schema`` (an Avro record schema, JSON): each value
+is one record in Avro's binary encoding (:mod:`headwater.io.kafka_avro`); a
+value that does not decode is a ``malformed`` dead letter whose ``kafka_value``
+is the raw bytes.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from headwater.io.kafka_avro import check_columns, decode_avro_pandas, decode_avro_spark
 
 #: Spark's connector, of the pinned PySpark's version (pyproject.toml pins 4.2.0, the
 #: newest PySpark whose connector Maven Central serves: 4.3.0's is not published).
@@ -50,6 +57,8 @@ REJECT_COLUMNS = (
 )
 MALFORMED = "malformed"
 NULL_EVENT_TIME = "null_event_time"
+#: The value formats a source decodes.
+FORMATS = ("json", "avro")
 
 #: Declared types -> (Spark type, DuckDB type, JSON types the field accepts).
 _TYPES: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
@@ -86,7 +95,7 @@ def parse_schema(schema: str | dict[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """A topic of JSON records and how to read it."""
+    """A topic of JSON (or Avro, with ``avro_schema``) records and how to read it."""
 
     topic: str
     bootstrap_servers: str
@@ -95,8 +104,21 @@ class KafkaSource:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     options: dict[str, str] = field(default_factory=dict)
+    format: str = "json"
+    avro_schema: str | None = None
 
     def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(
+                f"Kafka source {self.topic!r}: format {self.format!r}; use one of {FORMATS}"
+            )
+        if (self.format == "avro") != (self.avro_schema is not None):
+            raise ValueError(
+                f"Kafka source {self.topic!r}: format 'avro' takes avro_schema (the Avro "
+                "record schema, JSON), and only it does"
+            )
+        if self.avro_schema is not None:
+            check_columns(self.topic, self.schema, self.avro_schema)
         if self.event_time not in self.schema:
             raise ValueError(
                 f"Kafka source {self.topic!r}: event time {self.event_time!r} is not in "
@@ -118,19 +140,21 @@ class KafkaSource:
 
 # ----------------------------------------------------------------------- jars
 def spark_jars(script: str | os.PathLike | None = None) -> list[str]:
-    """Spark's Kafka connector jars (local paths), for a session's ``spark.jars``.
+    """Spark's Kafka connector jars and spark-avro's (local paths), for a session's
+    ``spark.jars``.
 
     Resolved once into ``$HEADWATER_CACHE`` (default ``~/.cache/headwater``) by
     ``scripts/kafka.sh jars`` (Maven); later calls read the cache, offline."""
-    cached = connector_dir()
-    if (cached / ".complete").exists():
-        return sorted(str(p) for p in cached.glob("*.jar"))
+    cached = cached_spark_jars()
+    if cached is not None:
+        return cached.split(",")
     path = Path(script) if script else Path(__file__).resolve().parents[2] / "scripts/kafka.sh"
     if not path.exists():
         raise FileNotFoundError(
             f"Spark's Kafka connector is not in {cached} and {path} is missing: run "
             "scripts/kafka.sh jars from a headwater checkout, or pass spark.jars.packages="
-            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{CONNECTOR_VERSION}"
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{CONNECTOR_VERSION},"
+            f"org.apache.spark:spark-avro_2.13:{CONNECTOR_VERSION}"
         )
     out = subprocess.run(["bash", str(path), "jars"], check=True, capture_output=True, text=True)
     return [p for p in out.stdout.strip().split(",") if p]
@@ -142,12 +166,18 @@ def connector_dir() -> Path:
     return Path(cache) / f"spark-sql-kafka-{CONNECTOR_VERSION}"
 
 
+def avro_dir() -> Path:
+    """Where ``scripts/kafka.sh`` puts spark-avro (``from_avro``, for Avro values)."""
+    return connector_dir().with_name(f"spark-avro-{CONNECTOR_VERSION}")
+
+
 def cached_spark_jars() -> str | None:
-    """The connector jars as a ``spark.jars`` value when already resolved, else None."""
-    cached = connector_dir()
-    if not (cached / ".complete").exists():
+    """The connector and spark-avro jars as a ``spark.jars`` value when already
+    resolved, else None."""
+    dirs = (connector_dir(), avro_dir())
+    if not all((d / ".complete").exists() for d in dirs):
         return None
-    return ",".join(sorted(str(p) for p in cached.glob("*.jar")))
+    return ",".join(sorted(str(p) for d in dirs for p in d.glob("*.jar")))
 
 
 # ----------------------------------------------------------------------- Spark
@@ -174,7 +204,9 @@ def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, Any]:
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("key").cast("string").alias("kafka_key"),
-        F.col("value").cast("string").alias("kafka_value"),
+        (F.col("value") if source.avro_schema else F.col("value").cast("string")).alias(
+            "kafka_value"
+        ),
     )
     decoded = decode_spark(raw, source)
     records = decoded.where(F.col("reason").isNull()).select(*source.schema)
@@ -185,9 +217,12 @@ def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, Any]:
 def decode_spark(raw: Any, source: KafkaSource) -> Any:
     """``raw`` with the schema's columns, ``reason`` and ``error`` (null when decoded).
 
-    Parsed twice: with the declared types and with every field a string; a field
-    present as text but null when typed has the wrong type."""
+    JSON is parsed twice: with the declared types and with every field a string; a
+    field present as text but null when typed has the wrong type."""
     from pyspark.sql import functions as F
+
+    if source.avro_schema is not None:
+        return _decode_avro_spark(raw, source)
 
     corrupt = "__headwater_corrupt"
     typed_ddl = ", ".join(f"`{n}` {_TYPES[t][0]}" for n, t in source.schema.items())
@@ -228,6 +263,23 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
         error.alias("error"),
         reason.alias("reason"),
     ).drop("__text", "__typed")
+
+
+def _decode_avro_spark(raw: Any, source: KafkaSource) -> Any:
+    """:func:`decode_spark` of Avro values (:func:`decode_avro_spark`)."""
+    from pyspark.sql import functions as F
+
+    spark_types = {n: _TYPES[t][0] for n, t in source.schema.items()}
+    out, typed, not_avro = decode_avro_spark(raw, source.schema, spark_types, source.avro_schema)
+    et = source.event_time
+    event_null = F.col(f"__avro.`{et}`").isNull()
+    error = F.when(not_avro.isNotNull(), not_avro).when(event_null, F.lit(f"{et}: null event time"))
+    reason = (
+        F.when(not_avro.isNotNull(), F.lit(MALFORMED))
+        .when(event_null, F.lit(NULL_EVENT_TIME))
+        .otherwise(F.lit(None).cast("string"))
+    )
+    return out.select("*", *typed, error.alias("error"), reason.alias("reason")).drop("__avro")
 
 
 def with_rejects(output: Any, rejects: Any) -> Any:
@@ -320,7 +372,9 @@ def consume(source: KafkaSource, timeout: float = 30.0) -> pd.DataFrame:
             "kafka_offset": pd.array([m.offset() for m in messages], dtype="int64"),
             "kafka_timestamp": pd.array([m.timestamp()[1] for m in messages], dtype="int64"),
             "kafka_key": [_text(m.key()) for m in messages],
-            "kafka_value": [_text(m.value()) for m in messages],
+            "kafka_value": [
+                m.value() if source.avro_schema else _text(m.value()) for m in messages
+            ],
         }
     )
     order = ["kafka_timestamp", "kafka_partition", "kafka_offset"]
@@ -356,15 +410,18 @@ def _text(b: bytes | None) -> str | None:
 
 
 def decode_pandas(raw: pd.DataFrame, source: KafkaSource) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The decoding rules of :func:`decode_spark` in one DuckDB query."""
+    """The decoding rules of :func:`decode_spark`: JSON in one DuckDB query."""
     import duckdb
 
-    con = duckdb.connect()
-    try:
-        con.register("raw", raw)
-        decoded = con.execute(_decode_sql(source)).df()
-    finally:
-        con.close()
+    if source.avro_schema is not None:
+        decoded = _decode_avro_pandas(raw, source)
+    else:
+        con = duckdb.connect()
+        try:
+            con.register("raw", raw)
+            decoded = con.execute(_decode_sql(source)).df()
+        finally:
+            con.close()
     bad = decoded["reason"].notna()
     records = decoded.loc[~bad, [*source.schema, "kafka_timestamp"]]
     for name, kind in source.schema.items():
@@ -374,6 +431,19 @@ def decode_pandas(raw: pd.DataFrame, source: KafkaSource) -> tuple[pd.DataFrame,
     rejects = decoded.loc[bad, list(REJECT_COLUMNS)]
     rejects["kafka_timestamp"] = pd.to_datetime(rejects["kafka_timestamp"], unit="ms", utc=True)
     return records.reset_index(drop=True), rejects.reset_index(drop=True)
+
+
+def _decode_avro_pandas(raw: pd.DataFrame, source: KafkaSource) -> pd.DataFrame:
+    """``raw`` with the typed columns, ``error`` and ``reason`` (Avro values)."""
+    typed, error = decode_avro_pandas(raw["kafka_value"], source.schema, source.avro_schema)
+    et = source.event_time
+    not_avro = error.notna()
+    event_null = ~not_avro & typed[et].isna()
+    error = error.mask(event_null, f"{et}: null event time")
+    reason = pd.Series(None, index=raw.index, dtype=object)
+    reason[not_avro] = MALFORMED
+    reason[event_null] = NULL_EVENT_TIME
+    return pd.concat([raw, typed], axis=1).assign(error=error, reason=reason)
 
 
 def _decode_sql(source: KafkaSource) -> str:
@@ -418,8 +488,10 @@ def _decode_sql(source: KafkaSource) -> str:
 
 __all__ = [
     "CONNECTOR_VERSION",
+    "FORMATS",
     "KafkaSource",
     "REJECT_COLUMNS",
+    "avro_dir",
     "cached_spark_jars",
     "connector_dir",
     "consume",

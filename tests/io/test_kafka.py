@@ -12,6 +12,7 @@ view of the panes.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 import uuid
@@ -26,6 +27,7 @@ from headwater.io.end_of_input import InputEndedError
 from headwater.io.kafka import (
     REJECT_COLUMNS,
     KafkaSource,
+    avro_dir,
     cached_spark_jars,
     consume,
     decode_pandas,
@@ -86,7 +88,9 @@ def _topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
     return name
 
 
-def _produce(bootstrap: str, topic: str, values: list[str], timestamp: int) -> list[tuple]:
+def _produce(
+    bootstrap: str, topic: str, values: list[str] | list[bytes], timestamp: int
+) -> list[tuple]:
     """Write ``values`` round-robin over the partitions; their (partition, offset)."""
     from confluent_kafka import Producer
 
@@ -95,7 +99,7 @@ def _produce(bootstrap: str, topic: str, values: list[str], timestamp: int) -> l
     for i, v in enumerate(values):
         producer.produce(
             topic,
-            value=v.encode(),
+            value=v if isinstance(v, bytes) else v.encode(),
             partition=i % PARTITIONS,
             timestamp=timestamp,
             on_delivery=lambda err, msg, i=i: delivered.__setitem__(
@@ -486,3 +490,214 @@ def test_the_connector_is_of_the_pinned_pyspark_version():
     script = (Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh").read_text()
     assert CONNECTOR_VERSION == version("pyspark")
     assert f'connector="${{HEADWATER_SPARK_KAFKA:-{CONNECTOR_VERSION}}}"' in script
+    # spark-avro (from_avro) too: the same version, in the cache the session reads.
+    assert 'avro_dir="$cache/spark-avro-$connector"' in script
+    assert avro_dir().name == f"spark-avro-{CONNECTOR_VERSION}"
+
+
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Score",
+        "fields": [
+            {"name": "user", "type": "string"},
+            {"name": "score", "type": "long"},
+            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "note", "type": ["null", {"type": "map", "values": "string"}]},
+        ],
+    }
+)
+#: (user, event time ms, score); the fourth value is not Avro (a dead letter).
+AVRO_EVENTS = [("a", 101_000, 1), ("b", 101_500, 2), ("a", 112_000, 5), ("c", 131_000, 4)]
+GARBAGE = b"not avro"
+
+
+def _avro_values() -> list[bytes]:
+    import fastavro
+
+    schema = fastavro.parse_schema(json.loads(AVRO_SCHEMA))
+    out = []
+    for user, ms, score in AVRO_EVENTS:
+        buf = io.BytesIO()
+        ts = pd.Timestamp(ms, unit="ms", tz="UTC").to_pydatetime()
+        fastavro.schemaless_writer(buf, schema, {"user": user, "score": score, "ts": ts})
+        out.append(buf.getvalue())
+    return out[:3] + [GARBAGE] + out[3:]
+
+
+def _avro_expected() -> pd.DataFrame:
+    frame = pd.DataFrame(AVRO_EVENTS, columns=["user", "ts", "score"])
+    frame["ts"] = pd.to_datetime(frame["ts"], unit="ms", utc=True)
+    frame["arrival"] = pd.Timestamp(0, tz="UTC")
+    stream = hw.from_pandas(frame, "ts", arrival_time="arrival", watermark="2 seconds")
+    return _pipeline(stream).to_pandas()
+
+
+@pytest.fixture(scope="module")
+def avro_topic(bootstrap):
+    """A three-partition topic of Avro records and one garbage value; its (partition, offset)."""
+    topic = _topic(bootstrap)
+    offsets = _produce(bootstrap, topic, _avro_values(), int(time.time() * 1000))
+    return topic, offsets[3]
+
+
+def _check_avro_letter(letters: pd.DataFrame, topic: str, where: tuple) -> None:
+    got = letters[letters["kafka_offset"].notna()]
+    rows = [
+        (t, int(p), int(o), r, bytes(v))
+        for t, p, o, r, v in got[
+            ["kafka_topic", "kafka_partition", "kafka_offset", "reason", "kafka_value"]
+        ].itertuples(index=False)
+    ]
+    assert rows == [(topic, *where, "malformed", GARBAGE)]
+
+
+def _avro_stream(topic: str, bootstrap: str, **kwargs):
+    return hw.from_kafka(
+        topic,
+        bootstrap,
+        schema="user string, score bigint, ts timestamp",  # not the map field
+        event_time="ts",
+        watermark="2 seconds",
+        format="avro",
+        avro_schema=AVRO_SCHEMA,
+        **kwargs,
+    )
+
+
+def test_local_runner_reads_avro(bootstrap, avro_topic):
+    topic, where = avro_topic
+    agg = _pipeline(_avro_stream(topic, bootstrap, runner="local"))
+    assert _panes(agg.to_pandas()) == _panes(_avro_expected())
+    _check_avro_letter(agg.dead_letters(), topic, where)
+
+
+@pytest.mark.spark
+def test_spark_reads_avro(spark, bootstrap, avro_topic, tmp_path):
+    topic, where = avro_topic
+    agg = _pipeline(_avro_stream(topic, bootstrap, spark=spark))
+    got: dict[tuple[str, int], pd.DataFrame] = {}
+    query = agg.start(
+        checkpoint_location=str(tmp_path / "ck"),
+        panes_sink=lambda b, i: got.__setitem__(("p", i), b.toPandas()),
+        dead_letter_sink=lambda b, i: got.__setitem__(("d", i), b.toPandas()),
+        trigger={"availableNow": True},
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    panes = pd.concat([v for k, v in got.items() if k[0] == "p"], ignore_index=True)
+    letters = pd.concat([v for k, v in got.items() if k[0] == "d"], ignore_index=True)
+    assert _panes(panes) == _panes(_avro_expected())
+    _check_avro_letter(letters, topic, where)
+
+
+def test_avro_decode_rules():
+    """The local Avro decoder without a broker: bad values in a row, a truncated
+    one, a null value, at the ends; a null event time; micros and float types."""
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "x", "type": "float"},
+            {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+        ],
+    }
+    parsed = fastavro.parse_schema(schema)
+
+    def enc(x: float, ts: int | None) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, {"x": x, "ts": ts})
+        return buf.getvalue()
+
+    good = enc(1.5, 2_000_000)
+    values = [b"\xff", good, b"zz", b"\x01", good[:-1], None, enc(2.5, None), good, b""]
+    raw = pd.DataFrame(
+        {
+            "kafka_topic": "t",
+            "kafka_partition": 0,
+            "kafka_offset": range(len(values)),
+            "kafka_timestamp": 0,
+            "kafka_key": None,
+            "kafka_value": pd.Series(values, dtype=object),
+        }
+    )
+    source = KafkaSource(
+        "t",
+        "u",
+        {"x": "double", "ts": "timestamp"},
+        "ts",
+        format="avro",
+        avro_schema=json.dumps(schema),
+    )
+    records, rejects = decode_pandas(raw, source)
+    assert records["x"].tolist() == [1.5, 1.5]
+    assert records["ts"].tolist() == [pd.Timestamp(2_000_000, unit="us", tz="UTC")] * 2
+    assert rejects[["kafka_offset", "reason"]].values.tolist() == [
+        [0, "malformed"],
+        [2, "malformed"],
+        [3, "malformed"],
+        [4, "malformed"],
+        [5, "malformed"],
+        [6, "null_event_time"],
+        [8, "malformed"],
+    ]
+    assert rejects["kafka_value"].tolist() == [v for i, v in enumerate(values) if i not in (1, 7)]
+
+
+def test_avro_schema_rules():
+    """Declared columns must be fields of the Avro record, of the same type."""
+    with pytest.raises(ValueError, match="'score' bigint is Avro type string"):
+        KafkaSource(
+            "t",
+            "u",
+            {"score": "bigint"},
+            "score",
+            format="avro",
+            avro_schema=json.dumps(
+                {"type": "record", "name": "R", "fields": [{"name": "score", "type": "string"}]}
+            ),
+        )
+    with pytest.raises(ValueError, match="field 'note' has a type"):
+        hw.from_kafka("t", "u", event_time="ts", format="avro", avro_schema=AVRO_SCHEMA)
+    with pytest.raises(ValueError, match="avro_schema is not valid"):
+        KafkaSource(
+            "t", "u", {}, "ts", format="avro", avro_schema='{"type": "record", "fields": []}'
+        )
+    with pytest.raises(ValueError, match="takes avro_schema"):
+        KafkaSource("t", "u", {"ts": "timestamp"}, "ts", format="avro")
+
+
+def test_sql_script_reads_avro(bootstrap, avro_topic):
+    """'format' = 'avro' with 'avro.schema' in the DDL, on the local runner: the
+    window totals of the Avro records; the garbage value fails the script with its
+    partition and offset (a SQL source's rule for undecodable records)."""
+    from headwater.sql.errors import SqlError
+    from headwater.sql.script import run_script
+
+    good = _topic(bootstrap)
+    _produce(bootstrap, good, [v for v in _avro_values() if v != GARBAGE], 0)
+    query = (
+        "SELECT window_start, SUM(score) AS total FROM TABLE(TUMBLE(TABLE S, "
+        "DESCRIPTOR(ts), INTERVAL '10' SECONDS)) GROUP BY window_start, window_end"
+    )
+
+    def script(topic: str) -> str:
+        return (
+            "CREATE TABLE S (`user` VARCHAR, score BIGINT, ts TIMESTAMP, "
+            "WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) "
+            f"WITH ('connector' = 'kafka', 'topic' = '{topic}', "
+            f"'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'avro', "
+            f"'avro.schema' = '{AVRO_SCHEMA}');\n{query};"
+        )
+
+    (result,) = list(run_script(script(good)))
+    got = sorted(
+        (pd.Timestamp(s).value // 10**6, int(t))
+        for s, t in zip(result["window_start"], result["total"], strict=True)
+    )
+    assert got == [(100_000, 3), (110_000, 5), (130_000, 4)]
+    topic, (partition, offset) = avro_topic
+    with pytest.raises(SqlError, match=f"partition {partition}, offset {offset}: not an Avro"):
+        list(run_script(script(topic)))

@@ -8,6 +8,9 @@ A source (a table with ``WATERMARK FOR``)::
             'properties.bootstrap.servers' = '127.0.0.1:59092',
             'scan.startup.mode' = 'earliest-offset', 'format' = 'json');
 
+(``'format' = 'avro'`` with ``'avro.schema'``: Avro values, see
+:mod:`headwater.io.kafka_avro`; the declared columns are fields of that record)
+
 is the topic as it is when the script runs (read with ``confluent-kafka``,
 decoded by the rules of :mod:`headwater.io.kafka`), a stream whose processing
 times are the records' timestamps, on either runner. A record that does not
@@ -41,6 +44,7 @@ SOURCE_OPTIONS = frozenset(
         "properties.bootstrap.servers",
         "scan.startup.mode",
         "format",
+        "avro.schema",
         "allowed_lateness",
     }
 )
@@ -81,8 +85,21 @@ def _checked(d: SourceDef, allowed: frozenset[str], what: str) -> dict[str, str]
         if required not in d.options:
             raise SqlError(f"Kafka {what} {d.name!r} has no {required!r}", d.line)
     fmt = d.options.get("format", "json").lower()
-    if fmt != "json":
-        raise SqlError(f"Kafka {what} {d.name!r}: format {fmt!r}", d.line, None, "Use 'json'")
+    formats = ("json", "avro") if "avro.schema" in allowed else ("json",)
+    if fmt not in formats:
+        raise SqlError(
+            f"Kafka {what} {d.name!r}: format {fmt!r}",
+            d.line,
+            None,
+            f"Use {' or '.join(repr(f) for f in formats)}",
+        )
+    if (fmt == "avro") != ("avro.schema" in d.options):
+        raise SqlError(
+            f"Kafka {what} {d.name!r}: 'format' = 'avro' takes 'avro.schema' and only it does",
+            d.line,
+            None,
+            "Give the Avro record schema (JSON) of the values as 'avro.schema'",
+        )
     return d.options
 
 
@@ -110,13 +127,18 @@ def kafka_source(d: SourceDef) -> Table:
         if base not in _TYPES:
             raise SqlError(f"Kafka source {d.name!r}: column {column!r} has type {sql_type}")
         schema[column] = _TYPES[base]
-    source = KafkaSource(
-        options["topic"],
-        options["properties.bootstrap.servers"],
-        schema,
-        d.event_time,
-        STARTUP_MODES[mode],
-    )
+    try:
+        source = KafkaSource(
+            options["topic"],
+            options["properties.bootstrap.servers"],
+            schema,
+            d.event_time,
+            STARTUP_MODES[mode],
+            format=options.get("format", "json").lower(),
+            avro_schema=options.get("avro.schema"),
+        )
+    except ValueError as exc:
+        raise SqlError(str(exc), d.line) from None
     records, rejects = read_pandas(source)
     if len(rejects):
         first = rejects.iloc[0]
