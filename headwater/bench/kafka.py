@@ -43,6 +43,7 @@ import uuid
 from typing import Any
 
 from headwater.bench import HelpFormatter
+from headwater.bench.streaming import bench_session
 
 BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
 SCHEMA = "key string, value bigint, et timestamp"
@@ -75,33 +76,14 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 def session():
     """A local[2] session with Spark's Kafka connector (cached jars, offline)."""
-    from pyspark.sql import SparkSession
-
     from headwater.io.kafka import spark_jars
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = {
-        "spark.master": "local[2]",
+    extra = {
         "spark.app.name": "headwater-bench-kafka",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "2g",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-        ),
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.jars": ",".join(spark_jars()),
     }
-    builder = SparkSession.builder
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return bench_session(2, extra=extra)
 
 
 def fill_topic(spark, bootstrap: str, events: int, args) -> str:

@@ -186,7 +186,14 @@ def generate(
         json.dump(params, f)
 
 
-def bench_session(partitions: int, changelog: bool = False, arrow_batch: int = 10_000):
+def bench_session(
+    partitions: int,
+    changelog: bool = False,
+    arrow_batch: int = 10_000,
+    extra: dict[str, str] | None = None,
+):
+    """The benchmarks' local[2] session; ``extra``: settings of one benchmark that
+    add to or override the common ones."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -207,6 +214,7 @@ def bench_session(partitions: int, changelog: bool = False, arrow_batch: int = 1
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
             changelog
         ).lower(),
+        **(extra or {}),
     }
     builder = SparkSession.builder
     for k, v in conf.items():
