@@ -86,7 +86,6 @@ def test_bench_sql_same_windows(restored, tmp_path):
         late_fraction=0.0,
         files=args.files,
     )
-    bench.arrival_order(src)
     columns = ["wstart", "wend", "key", "n", "total", "top"]
 
     def ordered(frame: pd.DataFrame) -> pd.DataFrame:

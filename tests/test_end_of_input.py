@@ -26,6 +26,7 @@ from headwater.api import (
     Sessions,
     SlidingWindows,
 )
+from headwater.io.arrival import in_arrival_order
 from headwater.io.end_of_input import EndOfInputReader, InputEndedError
 
 START = pd.Timestamp("2024-01-01")
@@ -247,9 +248,10 @@ def _write_files(rows: pd.DataFrame, directory: str, parts: int) -> None:
     os.makedirs(directory, exist_ok=True)
     # Instants (UTC-adjusted microseconds): Spark reads them as TIMESTAMP.
     rows = rows.assign(et=rows["et"].dt.tz_localize("UTC"))
-    for i, part in enumerate(np.array_split(rows, parts)):
-        path = os.path.join(directory, f"part-{i:03d}.parquet")
+    paths = [os.path.join(directory, f"part-{i:03d}.parquet") for i in range(parts)]
+    for path, part in zip(paths, np.array_split(rows, parts), strict=True):
         part.to_parquet(path, index=False, coerce_timestamps="us")
+    in_arrival_order(paths)
 
 
 def _run_available_now(spark, stream, strategy, checkpoint, end_of_input=None):

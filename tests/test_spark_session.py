@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
+from headwater.io.arrival import in_arrival_order
 from headwater.runners.spark.isolated import run_isolated
 from headwater.runners.spark.session import PARTITIONS_CONF, PROVIDER_CONF, default_shards
 
@@ -44,6 +45,7 @@ def _files(directory: Path) -> list[pd.DataFrame]:
         )
         frame.to_json(directory / f"{i}.json", orient="records", lines=True, date_format="iso")
         frames.append(frame)
+    in_arrival_order(directory / f"{i}.json" for i in range(3))
     return frames
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from headwater.io.arrival import in_arrival_order
 from headwater.io.replay import read_replay, write_timeline
 from headwater.model.combiners import Count, Max, Mean, Sum, ToList
 from headwater.model.strategy import WindowingStrategy
@@ -202,12 +203,12 @@ def test_timeline_steps_types():
 
 def _write_parquet(path, files):
     os.makedirs(path, exist_ok=True)
-    for i, rows in enumerate(files):
+    paths = [os.path.join(path, f"part-{i:03d}.parquet") for i in range(len(files))]
+    for target, rows in zip(paths, files, strict=True):
         pdf = pd.DataFrame(rows, columns=["user", "ms", "score"])
         pdf["et"] = pd.to_datetime(pdf["ms"], unit="ms", utc=True)
-        pdf[["user", "et", "score"]].to_parquet(
-            os.path.join(path, f"part-{i:03d}.parquet"), coerce_timestamps="us"
-        )
+        pdf[["user", "et", "score"]].to_parquet(target, coerce_timestamps="us")
+    in_arrival_order(paths)
 
 
 def _collect_query(out, checkpoint, **kw):

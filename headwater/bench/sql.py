@@ -131,14 +131,6 @@ def _args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def arrival_order(src: str) -> None:
-    """Modification times in file order: Spark's file source takes files in that
-    order, and files written within one clock tick would arrive in any order."""
-    names = sorted(n for n in os.listdir(src) if n.endswith(".parquet"))
-    for i, name in enumerate(names):
-        os.utime(os.path.join(src, name), (1_700_000_000 + i, 1_700_000_000 + i))
-
-
 def query_text(args) -> str:
     return QUERY.format(ms=int(round(args.window * 1000)))
 
@@ -354,7 +346,6 @@ def main(argv: list[str] | None = None) -> int:
                 late_fraction=args.late_fraction,
                 files=args.files,
             )
-            arrival_order(src)
             entry: dict[str, Any] = {"keys": keys}
             if args.mode in ("both", "bounded"):
                 entry["bounded"] = bench_bounded(spark, src, args)

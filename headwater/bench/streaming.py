@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headwater.bench import HelpFormatter
+from headwater.io.arrival import in_arrival_order
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
@@ -172,6 +173,7 @@ def generate(
     names = np.array([f"k{i:05d}" for i in range(keys)], dtype=object)
     values = rng.integers(0, 100, rows)
     per_file = -(-rows // files)
+    written = []
     for f in range(files):
         sl = slice(f * per_file, min(rows, (f + 1) * per_file))
         table = pa.table(
@@ -181,7 +183,9 @@ def generate(
                 "value": pa.array(values[sl], pa.int64()),
             }
         )
-        pq.write_table(table, os.path.join(path, f"part-{f:05d}.parquet"))
+        written.append(os.path.join(path, f"part-{f:05d}.parquet"))
+        pq.write_table(table, written[-1])
+    in_arrival_order(written)
     with open(stamp, "w") as f:
         json.dump(params, f)
 

@@ -39,6 +39,7 @@ from headwater.hybrid.correction import Affected
 from headwater.hybrid.hpm import StreamRun
 from headwater.hybrid.online import OnlineCorrections
 from headwater.hybrid.pipeline import BATCH_TIME, Query, ShardRun
+from headwater.io.arrival import in_arrival_order
 from headwater.io.sinks import parquet_sink
 from headwater.model.plan import Schema
 from headwater.model.schema import PANE_COLUMNS
@@ -114,9 +115,8 @@ def write_source(
         target = path / f"part-{number:06d}.parquet"
         pq.write_table(table, f"{target}.tmp")
         os.replace(f"{target}.tmp", target)
-        # The file source picks files up by modification time: keep arrival order.
-        os.utime(target, (1_000_000_000 + number, 1_000_000_000 + number))
         files.append(target)
+    in_arrival_order(files)
     return Source(path, files, len(frame), value_type)
 
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from headwater.io.arrival import in_arrival_order
 from headwater.nexmark.generator import NexmarkEvents
 
 FORMATS = ("parquet", "replay", "csv")
@@ -67,10 +68,11 @@ def write_parquet(events: NexmarkEvents, out, events_per_file: int) -> list[str]
         folder = Path(out) / name
         folder.mkdir(parents=True, exist_ok=True)
         cuts = np.searchsorted(events.position[name], bounds)
-        for k in range(files):  # one file per N events, not per event
-            path = folder / f"part-{k:05d}.parquet"
+        written = [folder / f"part-{k:05d}.parquet" for k in range(files)]
+        for k, path in enumerate(written):  # one file per N events, not per event
             pq.write_table(table.slice(cuts[k], cuts[k + 1] - cuts[k]), path)
-            paths.append(str(path))
+        in_arrival_order(written)
+        paths += map(str, written)
     return paths
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
+from headwater.io.arrival import in_arrival_order
 from headwater.model.plan import PlanError
 
 pytestmark = pytest.mark.spark
@@ -47,6 +48,7 @@ def run(spark, tmp_path, runner, pdf, build=pipeline, schema=None, **source):
     for i, part in enumerate([pdf, sentinel]):
         # one file per part: the stream reads one file per micro-batch
         spark.createDataFrame(part, schema=sdf.schema).coalesce(1).write.parquet(f"{src}/{i}")
+    in_arrival_order(f"{src}/{i}" for i in range(2))
     stream = (
         spark.readStream.schema(sdf.schema)
         .option("maxFilesPerTrigger", 1)

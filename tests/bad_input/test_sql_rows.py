@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
+from headwater.io.arrival import in_arrival_order
 from headwater.sql.plan.fast_path import general_path
 
 pytestmark = pytest.mark.spark
@@ -171,6 +172,7 @@ def live(spark, tmp_path, text, parts, path="fast"):
     for i, part in enumerate(parts):
         frame = spark.createDataFrame(part.astype({"n": "float64"}), SCHEMA)
         frame.coalesce(1).write.parquet(str(src / f"{i:02d}"))
+    in_arrival_order(src / f"{i:02d}" for i in range(len(parts)))
     stream = (
         spark.readStream.schema(SCHEMA)
         .option("maxFilesPerTrigger", 1)

@@ -12,6 +12,7 @@ import uuid
 import pandas as pd
 import pytest
 
+from headwater.io.arrival import in_arrival_order
 from headwater.io.sinks import fan_out, parquet_sink
 from headwater.io.sinks.relation import RelationSink
 from headwater.model.watermarks import BoundedOutOfOrderness
@@ -53,9 +54,11 @@ FINAL = {
 
 def _write_bids(directory) -> str:
     os.makedirs(directory, exist_ok=True)
-    for i, (t, price, item) in enumerate(BIDS):
+    paths = [os.path.join(directory, f"part-{i:03d}.parquet") for i in range(len(BIDS))]
+    for path, (t, price, item) in zip(paths, BIDS, strict=True):
         frame = pd.DataFrame({"bidtime": [pd.Timestamp(t)], "price": [price], "item": [item]})
-        frame.to_parquet(os.path.join(directory, f"part-{i:03d}.parquet"), coerce_timestamps="us")
+        frame.to_parquet(path, coerce_timestamps="us")
+    in_arrival_order(paths)
     return str(directory)
 
 
