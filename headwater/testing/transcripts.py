@@ -18,10 +18,12 @@ optional; without ``clock`` the step fires no processing-time timers.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -334,7 +336,11 @@ def _runner(name: str) -> TimelineRunner:
     if name == "local":
         return local_runner
     if name == "spark":
-        return spark_runner
+        from headwater.runners.spark.timeline import spark_session
+
+        # One session for every document, built with the timelines' settings (two
+        # shuffle partitions, RocksDB) so that no query changes them while others start.
+        return functools.partial(spark_runner, spark=spark_session(), shuffle_partitions=None)
     raise ValueError(f"unknown runner {name!r}")
 
 
@@ -363,40 +369,78 @@ def run_document(doc: Document, runner: TimelineRunner) -> None:
         raise TranscriptError(f"Unexpected output at the end: {_describe(produced[0])}")
 
 
-def run_files(paths: Sequence[str], runner_name: str = "local", out=sys.stdout) -> tuple[int, int]:
-    runner = _runner(runner_name)
-    passed = failed = 0
+@dataclass(frozen=True)
+class Case:
+    """One document of a transcript file, to run."""
+
+    label: str
+    raw: dict
+
+
+def _cases(paths: Sequence[str], runner_name: str) -> list[Case]:
+    cases = []
     for path in paths:
         with open(path) as fh:
             raw_docs = [d for d in yaml.safe_load_all(fh) if d]
         for raw in raw_docs:
-            name = raw.get("name", "<unnamed>")
-            if runner_name in (raw.get("broken_on") or []):
-                continue
-            label = f"{Path(path).name}::{name}"
-            try:
-                run_document(Document.parse(raw), runner)
-                error = None
-            except (TranscriptError, ValueError, KeyError) as exc:
-                error = str(exc)
-            expected_error = raw.get("error")
-            if expected_error:
-                if error is not None and re.search(expected_error, error):
-                    passed += 1
-                else:
-                    failed += 1
-                    print(
-                        f"FAIL {label}: expected an error matching {expected_error!r}, "
-                        f"got {error or 'success'}",
-                        file=out,
-                    )
-            elif error is None:
-                passed += 1
-            else:
-                failed += 1
-                print(f"FAIL {label}: {error}", file=out)
-    print(f"{passed} passed, {failed} failed", file=out)
-    return passed, failed
+            if runner_name not in (raw.get("broken_on") or []):
+                name = raw.get("name", "<unnamed>")
+                cases.append(Case(f"{Path(path).name}::{name}", raw))
+    return cases
+
+
+def _error(case: Case, runner: TimelineRunner) -> str | None:
+    """The case's difference, or None."""
+    try:
+        run_document(Document.parse(case.raw), runner)
+    except (TranscriptError, ValueError, KeyError) as exc:
+        return str(exc)
+    return None
+
+
+def _attempt(case: Case, runner: TimelineRunner) -> str | None | Exception:
+    """:func:`_error`, or the exception the run raised (to retry it alone)."""
+    try:
+        return _error(case, runner)
+    except Exception as exc:  # noqa: BLE001 - retried by run_files
+        return exc
+
+
+def _failure(case: Case, error: str | None) -> str | None:
+    """The line a failed case prints, or None when it passed."""
+    expected_error = case.raw.get("error")
+    if expected_error:
+        if error is not None and re.search(expected_error, error):
+            return None
+        return (
+            f"FAIL {case.label}: expected an error matching {expected_error!r}, "
+            f"got {error or 'success'}"
+        )
+    return None if error is None else f"FAIL {case.label}: {error}"
+
+
+def run_files(
+    paths: Sequence[str], runner_name: str = "local", out=sys.stdout, workers: int = 1
+) -> tuple[int, int]:
+    """Run every document; ``workers`` documents at a time (each a streaming query
+    on Spark, where most of a micro-batch's time is waiting, not computing)."""
+    runner = _runner(runner_name)
+    cases = _cases(paths, runner_name)
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        errors = list(pool.map(lambda case: _attempt(case, runner), cases))
+    # A run that crashed (an overloaded machine: a Python worker that could not
+    # connect back in time) runs once more, alone; a second crash is raised.
+    errors = [
+        _error(case, runner) if isinstance(error, Exception) else error
+        for case, error in zip(cases, errors, strict=True)
+    ]
+    failures = [_failure(case, error) for case, error in zip(cases, errors, strict=True)]
+    for line in failures:
+        if line is not None:
+            print(line, file=out)
+    failed = sum(line is not None for line in failures)
+    print(f"{len(cases) - failed} passed, {failed} failed", file=out)
+    return len(cases) - failed, failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -412,8 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="local",
         help="local: the deterministic runner; spark: Structured Streaming",
     )
+    parser.add_argument("--workers", type=int, default=1, help="documents run at a time (threads)")
     args = parser.parse_args(argv)
-    _, failed = run_files(args.files, args.runner)
+    _, failed = run_files(args.files, args.runner, workers=args.workers)
     return 0 if failed == 0 else 1
 
 

@@ -51,6 +51,9 @@ HOP = (
     "Hop(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), hopsize => INTERVAL '2' MINUTE, "
     "dur => INTERVAL '4' MINUTE)"
 )
+SESSION_BY_ITEM = (
+    "TABLE(SESSION(TABLE Bid PARTITION BY item, DESCRIPTOR(bidtime), INTERVAL '2' MINUTE))"
+)
 QUERIES = {
     "distinct": "SELECT DISTINCT item FROM Bid",
     "dedup": "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY item ORDER BY "
@@ -96,6 +99,8 @@ QUERIES = {
     "SELECT CASE WHEN bidder = 'x' THEN 'A' ELSE 'B' END AS k FROM Bid) GROUP BY k",
     "correlated": "SELECT item, price FROM Bid B WHERE price = "
     "(SELECT MAX(price) FROM Bid C WHERE C.item = B.item)",
+    "session_key_renamed": "SELECT ws, we, g, COUNT(*) AS n FROM (SELECT s.item AS g, "
+    f"s.window_start AS ws, s.window_end AS we FROM {SESSION_BY_ITEM} s) q GROUP BY ws, we, g",
     "hop_self_join": f"SELECT B.wstart, B.item, B.price, C.price AS other FROM {HOP} B "
     f"JOIN {HOP} C ON B.wstart = C.wstart AND B.wend = C.wend AND B.item = C.item "
     "AND B.bidtime < C.bidtime",
@@ -127,6 +132,7 @@ KEYS = {
     "union_all_opaque": (KeyKind.NONE, []),
     "correlated": (KeyKind.COLUMNS, ["bid.item"]),
     "hop_self_join": (KeyKind.WINDOW, ["bid.item"]),
+    "session_key_renamed": (KeyKind.WINDOW, ["bid.item"]),
 }
 
 
@@ -197,6 +203,30 @@ def test_key_of_each_query(tables, name: str) -> None:
     kind, parts = KEYS[name]
     assert key.kind is kind
     assert [p.describe() for p in key.parts] == parts
+
+
+@pytest.mark.parametrize(
+    ("query", "operator"),
+    [
+        (
+            "SELECT ws, COUNT(*) AS n FROM (SELECT s.item AS g, s.window_start AS ws "
+            f"FROM {SESSION_BY_ITEM} s) q GROUP BY ws",
+            "GROUP BY",
+        ),
+        (
+            "SELECT window_start, price, RANK() OVER (PARTITION BY window_start ORDER BY price) "
+            f"AS r FROM {SESSION_BY_ITEM}",
+            "window function",
+        ),
+    ],
+)
+def test_an_operator_across_session_keys_is_refused(tables, query: str, operator: str) -> None:
+    """Sessions are per key: an operator that combines rows of several keys'
+    sessions (the key renamed or not) is refused where it is written."""
+    with pytest.raises(SqlError, match=f"sessions are per item: this {operator} must") as info:
+        sql(query, tables=tables)
+    assert info.value.line == 1 and info.value.col is not None
+    assert "Add item to the GROUP BY / PARTITION BY" in str(info.value)
 
 
 def test_distinct_is_each_item_once(tables) -> None:

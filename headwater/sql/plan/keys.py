@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.ddl import interval_ms
-from headwater.sql.parse.dialect import WindowTVF
+from headwater.sql.parse.dialect import WindowTVF, position
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.translate import window_names
 
@@ -586,6 +586,31 @@ def _session_partition(tracer: _Tracer, tvf: WindowTVF) -> Partition | None:
     source = tracer.source_of(tvf)
     keys = [tracer.of_source(source, k.name.lower()) for k in tvf.args.get("keys") or []]
     return Partition("Session", tvf, (frozenset({WINDOW}), *keys))
+
+
+def check_session_keys(query: exp.Expression, catalog: Catalog) -> None:
+    """Sessions of a keyed Session are maintained per key: every other combining
+    operator must partition by the keys too (traced through aliases and
+    subqueries: ``category AS g`` is still the key), or sessions of different keys
+    with equal bounds would have to be combined across keys."""
+    found = partitions(query, catalog)
+    for session in (p for p in found if p.operator == "Session"):
+        tvf = session.node
+        names = [k.name for k in tvf.args.get("keys") or []]
+        keys = dict(zip(names, session.items[1:], strict=True))
+        for other in found:
+            if other.operator == "Session":
+                continue
+            missing = [n for n, k in keys.items() if not any(i & k for i in other.items)]
+            if missing:
+                line, col = position(other.node)
+                raise SqlError(
+                    f"the sessions are per {', '.join(names)}: this {other.operator} must "
+                    f"partition by {', '.join(missing)} too",
+                    line,
+                    col,
+                    f"Add {', '.join(missing)} to the GROUP BY / PARTITION BY",
+                )
 
 
 def partitions(query: exp.Expression, catalog: Catalog, size: int | None = None) -> list[Partition]:

@@ -31,7 +31,13 @@ from headwater.sql.errors import SqlError
 from headwater.sql.parse.dialect import WindowTVF, position
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.emit import Materialization
-from headwater.sql.plan.keys import WINDOW_COLUMNS, KeyKind, MaintenanceKey, derive_key
+from headwater.sql.plan.keys import (
+    WINDOW_COLUMNS,
+    KeyKind,
+    MaintenanceKey,
+    check_session_keys,
+    derive_key,
+)
 from headwater.sql.plan.quality import plan_quality
 
 
@@ -126,7 +132,7 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
     window_fn, group_mode = FixedWindows(timedelta(milliseconds=1)), True
     if streams:
         _check_output_names(query)
-        _check_session_keys(query, windowing[1] if windowing else ())
+        check_session_keys(query, catalog)
         windowed = _windowed(query, streams, windowing is not None)
         fn = windowing[0] if windowing else None
         size = fn.size if isinstance(fn, FixedWindows | SlidingWindows) else None
@@ -292,29 +298,6 @@ def _check_output_names(query: exp.Expression) -> None:
                 f"Give one of them another name: ... AS other_{item.alias_or_name}",
             )
         seen.add(name)
-
-
-def _check_session_keys(query: exp.Expression, keys: tuple[str, ...]) -> None:
-    """Sessions of a keyed Session are maintained per key: every grouping and
-    window partition of the query must keep the keys apart, or sessions of
-    different keys with equal bounds would have to be combined across keys."""
-    if not keys:
-        return
-    for node in query.find_all(exp.Group, exp.Window):
-        parts = node.args.get("partition_by") if isinstance(node, exp.Window) else [node]
-        names = {c.name for part in parts or [] for c in part.find_all(exp.Column)}
-        if isinstance(node, exp.Window) and not parts:
-            names = set()
-        missing = [k for k in keys if k not in names]
-        if missing:
-            line, col = position(node)
-            raise SqlError(
-                f"the sessions are per {', '.join(keys)}: this grouping must include "
-                f"{', '.join(missing)}",
-                line,
-                col,
-                f"Add {', '.join(missing)} to the GROUP BY / PARTITION BY",
-            )
 
 
 def _split_order(query: exp.Expression, emit: Materialization, stream: bool):
