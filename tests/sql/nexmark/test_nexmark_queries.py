@@ -202,11 +202,16 @@ def stream(tmp_path_factory):
     data = tmp_path_factory.mktemp("nexmark")
     events = generate(CONFIG)
     write(events, data, ["replay"], step_ms=STEP_MS)
+    write_side_input(data)
+    return events, data
+
+
+def write_side_input(data: Path) -> None:
+    """q13's bounded side input (side_input.csv): a value for each key of 0..9999."""
     keys = np.arange(10_000)
     pd.DataFrame({"key": keys, "value": (keys * 7).astype(str)}).to_csv(
         data / "side_input.csv", index=False
     )
-    return events, data
 
 
 def script(name: str, data: Path, sink: Path) -> str:
