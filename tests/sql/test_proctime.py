@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from sql_helpers import assert_same_rows, rows
 
+from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql import read_replay, sql
 from headwater.sql.errors import SqlError
 
@@ -141,3 +142,60 @@ def test_what_cannot_be_exact_is_refused_positioned(replay, case):
         sql(REFUSED[case], replay[0])
     assert info.value.line is not None and info.value.col is not None, str(info.value)
     assert info.value.hint, str(info.value)
+
+
+# ------------------------------------------------------------------ a live Spark stream
+
+
+def _local(batch) -> pd.DataFrame:
+    return batch if isinstance(batch, pd.DataFrame) else batch.toPandas()
+
+
+def _final_table(batches: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """The table a changelog leaves: each row's additions less its retractions."""
+    log = pd.concat(batches, ignore_index=True)
+    sign = np.where(log["undo"].astype(bool), -1, 1)
+    net = log[columns].assign(__n=sign).groupby(columns, dropna=False)["__n"].sum()
+    return net[net > 0].reset_index()[columns]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_live_spark_stream_windows_by_the_time_its_micro_batch_reads_a_row(spark, tmp_path):
+    """Three files, one micro-batch each: every row is counted once (nothing is late
+    in processing time), in the window of its micro-batch's time."""
+    from headwater.io.arrival import in_arrival_order
+    from headwater.sql.execute.spark import SparkSqlQuery
+    from headwater.sql.plan.catalog import Table
+
+    files = tmp_path / "s"
+    files.mkdir()
+    data = pd.DataFrame({"k": [0, 1, 0, 1, 1, 0], "v": [1, 2, 3, 4, 5, 6]})
+    paths = []
+    for i in range(3):
+        paths.append(str(files / f"part-{i}.parquet"))
+        part = data.iloc[2 * i : 2 * i + 2].assign(ts=pd.Timestamp("2020-04-15 08:00"))
+        part.to_parquet(paths[-1], coerce_timestamps="us")
+    in_arrival_order(paths)
+    stream = spark.readStream.schema("k BIGINT, v BIGINT, ts TIMESTAMP")
+    df = stream.option("maxFilesPerTrigger", 1).parquet(str(files))
+    table = Table("s", spark=df, event_time="ts", watermark=BoundedOutOfOrderness(0))
+    query = f"""SELECT k, count(*) AS n, sum(v) AS total, min(p_time) AS lo,
+            max(p_time) AS hi, window_start, window_end
+        FROM TABLE(TUMBLE(TABLE {SUB}, DESCRIPTOR(p_time), INTERVAL '1' SECOND))
+        GROUP BY k, window_start, window_end"""
+    batches: list[pd.DataFrame] = []
+    letters: list[pd.DataFrame] = []
+    run = SparkSqlQuery(query, {"s": table}, spark=spark)
+    run.write(
+        lambda batch, _: batches.append(_local(batch)),
+        dead_letter_sink=lambda batch, _: letters.append(_local(batch)),
+        checkpoint=str(tmp_path / "checkpoint"),
+    )
+    final = _final_table(batches, ["k", "n", "total", "lo", "hi", "window_start", "window_end"])
+    assert not any(len(b) for b in letters), "nothing is late in processing time"
+    per_key = final.groupby("k")[["n", "total"]].sum()
+    assert per_key.to_dict("index") == {0: {"n": 3, "total": 10}, 1: {"n": 3, "total": 11}}
+    lo, hi = pd.to_datetime(final["lo"]), pd.to_datetime(final["hi"])
+    start, end = pd.to_datetime(final["window_start"]), pd.to_datetime(final["window_end"])
+    assert ((start <= lo) & (hi < end)).all(), final

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-from headwater.model.watermarks import Punctuated
+from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.sql.errors import SqlError, position
 from headwater.sql.plan.catalog import PTIME, Catalog, Table
 
@@ -90,17 +90,11 @@ def _proctime_subquery(call: exp.Expr, catalog: Catalog) -> tuple[exp.Subquery, 
         )
     ref = select.args["from_"].this
     table = catalog.get(ref.name, ref)
-    if not table.is_replay:
-        what = (
-            "a bounded table, whose rows never arrive"
-            if not table.is_stream
-            else ("a live Spark stream (processing-time windows run on a replay only for now)")
-        )
+    if not table.is_stream:
         raise _refuse(
-            f"PROCTIME() of {table.name!r}: {what}",
+            f"PROCTIME() of the bounded table {table.name!r}, whose rows never arrive",
             call,
-            "Read the stream as a replay (its rows with the processing time each arrives "
-            "at), or window by its event time",
+            "Read it as a stream (a replay, a directory of arriving files), or drop PROCTIME()",
         )
     if alias.alias in table.columns:
         raise _refuse(f"{table.name!r} already has a column {alias.alias!r}", alias, "Rename it")
@@ -108,21 +102,29 @@ def _proctime_subquery(call: exp.Expr, catalog: Catalog) -> tuple[exp.Subquery, 
 
 
 def processing_time_stream(table: Table, column: str, name: str) -> Table:
-    """``table``'s replay with ``column`` its rows' arrival time, which is its event
-    time, and the processing-time clock its watermark (nothing is ever late)."""
+    """``table``'s rows with ``column`` their arrival time, which is the event time,
+    and the processing-time clock the watermark (nothing is ever late)."""
+    common = {
+        "name": name,
+        "event_time": column,
+        "allowed_lateness": 0,
+        "types": {**table.types, column: "TIMESTAMP"},
+        "correction": None,
+    }
+    if not table.is_replay:  # a live Spark stream: the time its micro-batch reads a row
+        from pyspark.sql import functions as F
+
+        spark = table.spark.withColumn(column, F.current_timestamp())
+        return replace(table, spark=spark, watermark=BoundedOutOfOrderness(0), **common)
     frame = table.frame
     arrival = frame[PTIME].to_numpy(np.int64)
     times = np.unique(arrival)
     return replace(
         table,
-        name=name,
         frame=frame.assign(**{column: pd.to_datetime(arrival, unit="ms")}),
-        event_time=column,
         watermark=Punctuated(),
-        allowed_lateness=0,
         watermarks=pd.DataFrame({"ptime": times, "watermark": times}),
-        types={**table.types, column: "TIMESTAMP"},
-        correction=None,
+        **common,
     )
 
 
