@@ -27,6 +27,7 @@ from headwater.sql.maintain.batch import BatchQuery
 from headwater.sql.parse.dialect import Headwater, parse_query
 from headwater.sql.plan.catalog import Catalog, Table, as_replay
 from headwater.sql.plan.planner import QueryPlan, analyze
+from headwater.sql.plan.proctime import with_processing_time
 from headwater.sql.plan.quality import QualityQuery
 
 
@@ -64,8 +65,9 @@ class SqlQuery:
     def __init__(
         self, query: str | exp.Expression, tables: Mapping[str, Any], name: str = "query"
     ) -> None:
-        self.catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
+        catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
         tree = parse_query(query) if isinstance(query, str) else query
+        tree, self.catalog = with_processing_time(tree, catalog)
         self.plan: QueryPlan = analyze(tree, self.catalog, name)
         validate(self.plan)
         self._runs: dict[int | None, SqlRun] = {}

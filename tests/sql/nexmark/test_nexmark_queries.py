@@ -39,11 +39,6 @@ STEP_MS = 1000
 
 #: query -> (headwater's SqlError message, why): what headwater refuses today.
 REFUSED = {
-    "q12": (
-        "a windowing table function over a subquery is not supported yet",
-        "TUMBLE over a view (CREATE VIEW ... PROCTIME()), expanded as a subquery",
-    ),
-    "q13": ('syntax error at or near "FOR"', "FOR SYSTEM_TIME AS OF (a lookup join)"),
     "q14": ("headwater does not run CREATE statements", "CREATE FUNCTION (a Java UDF)"),
     "q6": (
         "A.id: no table or alias A here",
@@ -168,6 +163,14 @@ REFERENCE = {
         FROM bid B JOIN person P ON P.id = B.bidder JOIN auction A ON A.seller = B.bidder""",
     "q22": "SELECT auction, bidder, price, channel, string_split(url, '/')[4], "
     "string_split(url, '/')[5], string_split(url, '/')[6] FROM bid",
+    # processing-time windows: each bid's p_time is the step it arrives at (its
+    # replay line's ptime, bid_arrival)
+    "q12": """SELECT bidder, count(*), time_bucket(INTERVAL 10 SECOND, p_time),
+            time_bucket(INTERVAL 10 SECOND, p_time) + INTERVAL 10 SECOND
+        FROM bid_arrival GROUP BY ALL""",
+    # a lookup join against the bounded side input: the plain join
+    "q13": 'SELECT B.auction, B.bidder, B.price, B."dateTime", S."value" '
+    "FROM bid B JOIN side_input S ON B.auction % 10000 = S.key",
 }
 #: query -> the bounded query with headwater's meaning, where it differs from
 #: Flink's (DIVERGES): the stream must equal it (a failure, not an xfail).
@@ -199,11 +202,16 @@ def stream(tmp_path_factory):
     data = tmp_path_factory.mktemp("nexmark")
     events = generate(CONFIG)
     write(events, data, ["replay"], step_ms=STEP_MS)
+    write_side_input(data)
+    return events, data
+
+
+def write_side_input(data: Path) -> None:
+    """q13's bounded side input (side_input.csv): a value for each key of 0..9999."""
     keys = np.arange(10_000)
     pd.DataFrame({"key": keys, "value": (keys * 7).astype(str)}).to_csv(
         data / "side_input.csv", index=False
     )
-    return events, data
 
 
 def script(name: str, data: Path, sink: Path) -> str:
@@ -251,11 +259,22 @@ def _collect(letters: list):
     return sink
 
 
-def reference(name: str, events, query: str | None = None) -> pd.DataFrame:
-    """The bounded query (default: REFERENCE's, Flink's meaning) over the events."""
+def reference(name: str, events, query: str | None = None, data: Path | None = None):
+    """The bounded query (default: REFERENCE's, Flink's meaning) over the events;
+    with ``data``, also over its side input and the bids with their arrival time
+    (``bid_arrival``: each bid of bid.jsonl with its line's ptime as p_time)."""
     with duckdb.connect() as con:
         for table, rows_ in events.tables.items():
             con.register(table, rows_)
+        if data is not None:
+            con.register("side_input", pd.read_csv(data / "side_input.csv", dtype={"value": str}))
+            arrival = con.execute(
+                "SELECT row.bidder AS bidder, epoch_ms(ptime) AS p_time FROM read_json(?, "
+                "columns={'ptime': 'BIGINT', 'row': 'STRUCT(bidder BIGINT)'}) "
+                "WHERE row IS NOT NULL",
+                [str(data / "bid.jsonl")],
+            ).df()
+            con.register("bid_arrival", arrival)
         return con.execute(query or REFERENCE[name]).df()
 
 
@@ -270,7 +289,7 @@ def test_query(name, stream, tmp_path):
         assert name in REFUSED and REFUSED[name][0] in str(exc), str(exc)
         raise
     assert not letters, f"{name}: rows dropped although the watermarks are exact"
-    expected = reference(name, events)
+    expected = reference(name, events, data=data)
     assert len(expected), f"{name}: the reference finds no rows; the data set is too small"
     if name in OWN_MEANING:
         own = reference(name, events, OWN_MEANING[name])

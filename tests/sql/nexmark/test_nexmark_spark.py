@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 from sql_helpers import changelog_order, result, rows, spark_runs
-from test_nexmark_queries import DIVERGES, NAMES, QUERIES, REFUSED, insert_query
+from test_nexmark_queries import (
+    DIVERGES,
+    NAMES,
+    QUERIES,
+    REFUSED,
+    insert_query,
+    write_side_input,
+)
 
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
@@ -26,6 +33,7 @@ def nexmark_spark_runs(spark, tmp_path_factory) -> dict:
 
     data = tmp_path_factory.mktemp("nexmark_spark")
     write(generate(CONFIG), data, ["replay"], step_ms=2000)
+    write_side_input(data)
     queries = {n: insert_query(n, data) for n in RUNS}
 
     def job(name):
