@@ -383,15 +383,17 @@ def from_kafka(
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise ValueError("from_kafka(runner='spark') needs a SparkSession: pass spark=")
-    records, rejects = read_spark(spark, source)
-    return EventStream(records, event_time, watermark, rejects=rejects)
+    rows, rejects = read_spark(spark, source)
+    return EventStream(rows, event_time, watermark, rejects=rejects)
 
 
 class EventStream:
     """Elements with event times: a DataFrame, its event-time column and watermark.
 
     ``rejects``: records the source could not decode (a Kafka topic's), dead
-    letters of every pipeline over this stream."""
+    letters of every pipeline over this stream: a pandas frame of them (local), or
+    a :class:`~headwater.io.kafka.SparkRejects` naming the column of ``df`` that
+    holds them (Spark: one read of the source for records and rejects)."""
 
     def __init__(
         self,
@@ -695,6 +697,8 @@ class WindowedAggregation:
         but the streaming runner's control columns (a replay's ``kind``,
         ``proc_ms``, a punctuated watermark's column), which are not the record's."""
         control = {"kind", "proc_ms"}
+        if self.source.rejects is not None and not self.source.is_local:
+            control.add(self.source.rejects.column)
         if isinstance(self.plan.watermark, Punctuated):
             control.add(self.plan.watermark.column)
         skip = control | set(self.key_cols)
@@ -705,17 +709,19 @@ class WindowedAggregation:
     ) -> DataFrame:
         """The streaming runner's output: panes and dropped elements, told apart by
         ``kind`` (with the source's rejected records among the dropped ones)."""
+        rejects = self.source.rejects
         out = _streaming_runner().compile_streaming(
             self.input,
             self.plan,
             num_shards=num_shards,
             end_of_input=end_of_input,
             carry=carry,
+            rejected_col=None if rejects is None else rejects.column,
         )
-        if self.source.rejects is not None:
-            from headwater.io.kafka import with_rejects
+        if rejects is not None:
+            from headwater.io.kafka import expand_rejects
 
-            out = with_rejects(out, self.source.rejects)
+            out = expand_rejects(out, rejects)
         return out
 
     def _restore_time_types(self, panes: DataFrame) -> DataFrame:

@@ -124,7 +124,7 @@ class KafkaSource:
                 f"Kafka source {self.topic!r}: event time {self.event_time!r} is not in "
                 f"the schema ({', '.join(self.schema)})"
             )
-        clash = sorted(set(self.schema) & set(REJECT_COLUMNS))
+        clash = sorted(set(self.schema) & {*REJECT_COLUMNS, REJECTED_COLUMN})
         if clash:
             raise ValueError(
                 f"Kafka source {self.topic!r}: schema columns {clash} clash with the "
@@ -181,10 +181,26 @@ def cached_spark_jars() -> str | None:
 
 
 # ----------------------------------------------------------------------- Spark
-def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, Any]:
-    """``(records, rejects)``: two streaming DataFrames over ONE Kafka stream.
+@dataclass(frozen=True)
+class SparkRejects:
+    """Where a Spark source's rejected records are: ``column`` of its one streaming
+    DataFrame holds each as JSON (null on decoded records), of Spark type ``ddl``
+    (:data:`REJECT_COLUMNS`); :func:`expand_rejects` turns them into dead letters."""
 
-    ``records`` has the schema's columns; ``rejects`` has :data:`REJECT_COLUMNS`."""
+    column: str
+    ddl: str
+
+
+#: The column of :func:`read_spark`'s rows that holds a rejected record (JSON).
+REJECTED_COLUMN = "__headwater_rejected"
+
+
+def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, SparkRejects]:
+    """ONE streaming DataFrame over the topic, read once: the schema's columns, and
+    :data:`REJECTED_COLUMN`, null on the records that decoded and the whole
+    rejected record (:data:`REJECT_COLUMNS` as JSON) on the others, whose schema
+    columns are null. The streaming runner routes the rejected rows to the dead
+    letters from the same micro-batch (``compile_streaming(rejected_col=...)``)."""
     from pyspark.sql import functions as F
 
     reader = (
@@ -209,9 +225,17 @@ def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, Any]:
         ),
     )
     decoded = decode_spark(raw, source)
-    records = decoded.where(F.col("reason").isNull()).select(*source.schema)
-    rejects = decoded.where(F.col("reason").isNotNull()).select(*REJECT_COLUMNS)
-    return records, rejects
+    ok = F.col("reason").isNull()
+    rejected = F.when(~ok, F.to_json(F.struct(*REJECT_COLUMNS)))
+    rows = decoded.select(
+        *[F.when(ok, F.col(f"`{n}`")).alias(n) for n in source.schema],
+        rejected.alias(REJECTED_COLUMN),
+    )
+    ddl = ", ".join(
+        f"`{f.name}` {f.dataType.simpleString()}"
+        for f in decoded.select(*REJECT_COLUMNS).schema.fields
+    )
+    return rows, SparkRejects(REJECTED_COLUMN, ddl)
 
 
 def decode_spark(raw: Any, source: KafkaSource) -> Any:
@@ -282,39 +306,25 @@ def _decode_avro_spark(raw: Any, source: KafkaSource) -> Any:
     return out.select("*", *typed, error.alias("error"), reason.alias("reason")).drop("__avro")
 
 
-def with_rejects(output: Any, rejects: Any) -> Any:
-    """A streaming runner's output (kinds ``pane``/``dropped``) with the rejected
-    records added as dropped rows: their ``dropped`` struct carries
-    :data:`REJECT_COLUMNS` after the runner's fields (null on the other rows)."""
+def expand_rejects(output: Any, rejects: SparkRejects) -> Any:
+    """The streaming runner's output with each rejected record's dead letter in
+    full: its ``dropped`` struct carries the runner's fields (``reason`` the
+    record's, ``elements`` 1, the others null) then :data:`REJECT_COLUMNS` (null
+    on the runner's own dead letters), instead of the JSON text."""
     from pyspark.sql import functions as F
 
-    dropped_type = output.schema["dropped"].dataType
-    runner_fields = dropped_type.fieldNames()
-    extra = [c for c in REJECT_COLUMNS if c not in runner_fields]
-    extra_types = {c: rejects.schema[c].dataType for c in extra}
-    widened = F.col("dropped")
-    for c in extra:
-        widened = widened.withField(c, F.lit(None).cast(extra_types[c]))
-    panes = output.withColumn("dropped", widened)
+    dropped = F.col("dropped")
+    parsed = F.from_json(dropped.getField(rejects.column), rejects.ddl)
+    is_rejected = parsed.isNotNull()
+    fields = [n for n in output.schema["dropped"].dataType.fieldNames() if n != rejects.column]
     values = []
-    for f in dropped_type.fields:
-        if f.name in rejects.columns:
-            values.append(F.col(f.name).cast(f.dataType).alias(f.name))
-        elif f.name == "elements":
-            values.append(F.lit(1).cast(f.dataType).alias(f.name))
-        else:
-            values.append(F.lit(None).cast(f.dataType).alias(f.name))
-    values += [F.col(c).alias(c) for c in extra]
-    columns = []
-    for f in panes.schema.fields:
-        if f.name == "kind":
-            columns.append(F.lit("dropped").alias("kind"))
-        elif f.name == "dropped":
-            columns.append(F.struct(*values).alias("dropped"))
-        else:
-            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
-    letters = rejects.select(*columns)
-    return panes.unionByName(letters)
+    for name in fields:
+        value = dropped.getField(name)
+        if name in REJECT_COLUMNS:
+            value = F.when(is_rejected, parsed.getField(name)).otherwise(value)
+        values.append(value.alias(name))
+    values += [parsed.getField(c).alias(c) for c in REJECT_COLUMNS if c not in fields]
+    return output.withColumn("dropped", F.when(dropped.isNotNull(), F.struct(*values)))
 
 
 # ----------------------------------------------------------------------- local
@@ -490,16 +500,18 @@ __all__ = [
     "CONNECTOR_VERSION",
     "FORMATS",
     "KafkaSource",
+    "REJECTED_COLUMN",
     "REJECT_COLUMNS",
+    "SparkRejects",
     "avro_dir",
     "cached_spark_jars",
     "connector_dir",
     "consume",
     "decode_pandas",
     "decode_spark",
+    "expand_rejects",
     "parse_schema",
     "read_pandas",
     "read_spark",
     "spark_jars",
-    "with_rejects",
 ]

@@ -20,8 +20,8 @@ def test_bench_kafka_runs_both_engines(spark, capsys, kafka_bootstrap):
     assert bench_kafka.main(argv, spark=spark) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["native"]["input_rows"] == 1000
-    # headwater's plan scans the topic once for the records, once for the rejects.
-    assert report["headwater"]["input_rows"] in (1000, 2000)
+    # headwater's plan reads the topic once for the records and the rejects.
+    assert report["headwater"]["input_rows"] == 1000
     for engine in ("native", "headwater"):
         assert report[engine]["events_per_s"] > 0 and report[engine]["batches"] >= 1
     assert report["ratio"] > 0

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,24 @@ DELTA_SPARK_CONF = {
 #: Changelog columns that describe the change, not the row.
 CHANGE_COLUMNS = ("undo", "ptime", "ver")
 ROW, COUNT, DELETE, POS = "__row", "__n", "__hw_delete", "__hw_pos"
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """One micro-batch as its MERGE applies it: ``rows`` (one per ``on`` key, with
+    the :data:`DELETE` flag; timestamps in microseconds), matched on ``on`` (null
+    equal to null); ``guard``: ``pane_index`` (a row never replaces a later pane),
+    :data:`COUNT` (a multiset: counts add up, a row at count 0 goes) or None (the
+    last change per key decides)."""
+
+    rows: pa.Table
+    on: tuple[str, ...]
+    guard: str | None
+
+    @property
+    def columns(self) -> list[str]:
+        """The table's columns (all but the delete flag)."""
+        return [c for c in self.rows.column_names if c != DELETE]
 
 
 class DeltaSink:
@@ -103,20 +122,34 @@ class DeltaSink:
     # -- the sink ---------------------------------------------------------------
     def write(self, batch: Any, batch_id: int) -> bool:
         """Apply one batch as one MERGE; False if empty or already applied."""
-        batch_id = int(batch_id)
+        staged = self.stage(batch)
+        return False if staged is None else self.apply(staged, batch_id)
+
+    def applied(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` (or a later one) is already in the table."""
         last = self.last_batch_id()
-        if last is not None and batch_id <= last:
+        if last is not None and int(batch_id) <= last:
             log.info("%r: batch %d already applied (last %d): skipped", self, batch_id, last)
+            return True
+        return False
+
+    def apply(self, staged: StagedBatch, batch_id: int) -> bool:
+        """Apply a staged batch as one MERGE; False if it was already applied."""
+        if self.applied(batch_id):
             return False
+        self._merge(staged, int(batch_id))
+        return True
+
+    def stage(self, batch: Any) -> StagedBatch | None:
+        """The batch reduced to what its MERGE applies (None if it has no rows)."""
         table = to_arrow(panes_only(batch))
         if table.num_rows == 0:
-            return False
+            return None
         if "undo" in table.column_names:
-            staged, on, guard = self._changelog(table)
+            rows, on, guard = self._changelog(table)
         else:
-            staged, on, guard = self._panes(table), self._pane_key(table), "pane_index"
-        self._merge(staged, on, guard, batch_id)
-        return True
+            rows, on, guard = self._panes(table), self._pane_key(table), "pane_index"
+        return StagedBatch(_micros(rows), tuple(on), guard)
 
     def _pane_key(self, table: pa.Table) -> tuple[str, ...]:
         names = table.column_names
@@ -168,11 +201,11 @@ class DeltaSink:
             return None
         return DeltaTable(self.path, storage_options=self.storage_options)
 
-    def _merge(self, staged: pa.Table, on: Sequence[str], guard: str | None, batch_id: int):
+    def _merge(self, batch: StagedBatch, batch_id: int):
         from deltalake import CommitProperties, DeltaTable, Transaction
 
-        staged = _micros(staged)
-        columns = [c for c in staged.column_names if c != DELETE]
+        staged, on, guard = batch.rows, batch.on, batch.guard
+        columns = batch.columns
         dt = self._table()
         if dt is None:
             schema = staged.select(columns).schema

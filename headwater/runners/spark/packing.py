@@ -38,6 +38,8 @@ from headwater.runners.spark.worker import (
     KEY,
     KIND,
     PROC,
+    REJECT_SHARD,
+    REJECTED,
     SHARD,
     TS,
     WM,
@@ -198,6 +200,9 @@ class Packer:
 
     def _packets(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
         table = pa.Table.from_batches(batches)
+        rejected = None
+        if self.plan.rejects is not None:
+            table, rejected = _split_rejected(table)
         ticks = None
         if self.plan.has_control:
             is_tick = pc.fill_null(pc.is_in(table[KIND], value_set=CONTROL_KINDS), False)
@@ -220,6 +225,8 @@ class Packer:
             for s in self.plan.shard_ids:
                 part = parts.get(s)
                 parts[s] = ticks if part is None else pa.concat_tables([part, ticks])
+        if rejected is not None:
+            parts[REJECT_SHARD] = rejected
         out_shards, out_n, out_payload = [], [], []
         for s, part in parts.items():
             sink = io.BytesIO()
@@ -271,6 +278,17 @@ class Packer:
         sources += ["count_all"] + [f"{c}_max" for c in extra]
         columns = [grouped[SHARD], grouped[KEY]] + [grouped[c] for c in sources]
         return pa.table(columns, names=[SHARD, KEY, *names])
+
+
+def _split_rejected(table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+    """The rows without :data:`REJECTED` (the column dropped), and the rejected
+    records' texts (None if there are none)."""
+    is_rejected = pc.is_valid(table[REJECTED])
+    rows = table.drop_columns([REJECTED])
+    if not pc.any(is_rejected).as_py():
+        return rows, None
+    rejected = table.filter(is_rejected).select([REJECTED])
+    return rows.filter(pc.invert(is_rejected)), rejected
 
 
 def _conform(ticks: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -42,6 +42,8 @@ from headwater.runners.spark.worker import (
     ORDER,
     OUT,
     PROC,
+    REJECT_SHARD,
+    REJECTED,
     SHARD_NO,
     SHARD_SLACK,
     SHARD_WM,
@@ -69,6 +71,9 @@ class ShardLogic:
 
     def input_rows(self, rows, tv: TimerValues, shard: Any = None):
         table = profiled("unpack", unpack, rows)
+        if shard == REJECT_SHARD:
+            yield from self._rejected(table, tv)
+            return
         if self.plan.derived is not None:
             yield from profiled("step", self._derived_steps, table, tv, shard)
             return
@@ -76,6 +81,20 @@ class ShardLogic:
 
     def expired(self, tv: TimerValues, expired: int):
         yield from profiled("step", self._step, None, tv, expired)
+
+    def _rejected(self, table: pa.Table | None, tv: TimerValues):
+        """A source's rejected records as dead letters (kind ``dropped``, their text in
+        ``plan.rejects``, everything else null): no model step, no state."""
+        if table is None or not table.num_rows:
+            return
+        names = self.plan.out_schema.fieldNames()
+        out = pd.DataFrame({name: None for name in names}, index=range(table.num_rows))
+        out["kind"] = "dropped"
+        out[DROP + "elements"] = 1
+        out[self.plan.rejects] = table[REJECTED].to_numpy(zero_copy_only=False)
+        if STEP_TIME in names:
+            out[STEP_TIME] = int(tv.getCurrentProcessingTimeInMs())
+        yield out[names]
 
     # -- one step of one shard
     def _step(self, table: pa.Table | None, tv: TimerValues, expired: int | None):
@@ -391,6 +410,8 @@ class ShardLogic:
         for c in plan.input_cols:
             if c != N:
                 out[DROP + c] = dropped[c].to_numpy()
+        if plan.rejects is not None:
+            out[plan.rejects] = None
         for f in plan.out_schema.fieldNames():
             if f.startswith(OUT):
                 out[f] = None

@@ -130,6 +130,7 @@ from headwater.runners.spark.worker import (
     OUT,
     PACKET_SCHEMA,
     PROC,
+    REJECTED,
     SHARD,
     SHARD_NO,
     SHARD_SLACK,
@@ -276,6 +277,7 @@ def compile_streaming(
     arrival_order_col: str | None = None,
     carry: Sequence[str] = (),
     end_of_input: EndOfInput | None = None,
+    rejected_col: str | None = None,
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -311,6 +313,10 @@ def compile_streaming(
     ``end_of_input``: the plan also reads this control stream, whose ``end`` row
     moves every shard's watermark to the end of time (:mod:`.ending`; start it
     with :func:`start_streaming` and the same object).
+    ``rejected_col``: a string column of ``df``, non-null on the records a source
+    could not decode (their text): those rows skip the model and come out as
+    dropped rows whose ``dropped`` struct carries the text in a field of that
+    name, so one scan of the source feeds both (:func:`headwater.io.kafka.read_spark`).
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -374,6 +380,8 @@ def compile_streaming(
         projected.append(F.col(proc_col).cast("long").alias(PROC))
     if derived is not None and arrival_order_col is not None:
         projected.append(F.col(arrival_order_col).cast("long").alias(ORDER))
+    if rejected_col is not None:
+        projected.append(F.col(rejected_col).cast("string").alias(REJECTED))
     flat = df.select(*projected)
     if end_of_input is not None:
         flat = _with_end_of_input(flat, end_of_input)
@@ -425,6 +433,8 @@ def compile_streaming(
     out_fields.append(T.StructField("reason", T.StringType()))
     out_fields.append(T.StructField(DROP + "elements", T.LongType()))
     out_fields += [T.StructField(DROP + c, t) for c, t in drop_types.items()]
+    if rejected_col is not None:
+        out_fields.append(T.StructField(DROP + rejected_col, T.StringType()))
     transformed: list[str] = []
     if transform is not None:
         for f in transform.output_fields():
@@ -457,6 +467,7 @@ def compile_streaming(
         derived=derived,
         has_order=derived is not None and arrival_order_col is not None,
         ends=end_of_input is not None,
+        rejects=None if rejected_col is None else DROP + rejected_col,
     )
     packets = flat.mapInArrow(Packer(worker_plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
@@ -475,7 +486,7 @@ def compile_streaming(
         key_fields,
         raw_key,
         aggs,
-        list(drop_types),
+        [*drop_types, *([rejected_col] if rejected_col is not None else [])],
         timestamps,
         transformed,
         per_shard=derived is not None,

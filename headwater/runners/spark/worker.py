@@ -48,6 +48,14 @@ DROP = "dropped_"
 #: Prefix of the operator's output columns that carry a pane transform's rows.
 OUT = "__hw_out_"
 PACKET_SCHEMA = "shard INT, n BIGINT, payload BINARY"
+#: A source's rejected record (JSON text, null on the records it decoded): such a row
+#: skips the model and comes out as a dead letter carrying the text (in the operator
+#: output column ``WorkerPlan.rejects``), so a source is read once for records and
+#: rejects.
+REJECTED = "__hw_rejected"
+#: The packet "shard" of a micro-batch partition's rejected rows: its handler emits
+#: them as dead letters and touches no state.
+REJECT_SHARD = -1
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,9 @@ class WorkerPlan:
     #: the plan reads an end-of-input control stream (headwater.io.end_of_input): the
     #: KIND column is projected, and an 'end' row ends the input
     ends: bool = False
+    #: the rows carry REJECTED (a source's rejected records travel with its records):
+    #: the operator output column of their text, else None
+    rejects: str | None = None
 
     @property
     def has_control(self) -> bool:
