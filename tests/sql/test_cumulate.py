@@ -258,3 +258,17 @@ def test_refusals_point_at_the_argument(bids, text: str, at: str, message: str) 
     assert message in info.value.message
     assert info.value.hint
     assert (info.value.line, info.value.col) == (1, text.index(at) + 1)
+
+
+@pytest.mark.spark
+def test_a_bounded_query_on_spark_is_duckdbs(spark, bids) -> None:
+    """The bounded expansion written as Spark SQL (a bounded table: one batch plan)
+    gives DuckDB's rows, with and without an offset; a NULL event time is in no window."""
+    frame = bids.frame.drop(columns=[PTIME])
+    table = spark.createDataFrame(frame.astype({"bidtime": "datetime64[us]"}))
+    for tvf in (CUMULATE, CUMULATE_OFFSET):
+        text = text_of("total", tvf)
+        on_spark = sql(text, {"Bid": table}, runner="spark").to_pandas()
+        on_duckdb = sql(text, {"Bid": frame}).to_pandas()
+        assert_same_rows(rows(on_spark), rows(on_duckdb), ordered=False, what=tvf)
+        assert len(on_duckdb) > 5
