@@ -99,6 +99,7 @@ from headwater.model.watermarks import (
 )
 from headwater.model.windows import (
     CalendarWindows,
+    CumulativeWindows,
     FixedWindows,
     GlobalWindows,
     Sessions,
@@ -139,6 +140,7 @@ __all__ = [
     "GlobalWindows",
     "FixedWindows",
     "SlidingWindows",
+    "CumulativeWindows",
     "Sessions",
     "CalendarWindows",
     "ValidityWindows",

@@ -51,6 +51,10 @@ def _windows_of(ts: int, wf) -> list[tuple[int, int]]:
             out.append((start, start + wf.size))
             start -= wf.period
         return out
+    if isinstance(wf, hw.CumulativeWindows):
+        start = ts - (ts - wf.offset) % wf.size
+        ends = range(start + wf.step, start + wf.size + 1, wf.step)
+        return [(start, end) for end in ends if end > ts]
     raise AssertionError(wf)
 
 
@@ -184,6 +188,8 @@ def check_against_reference(spark, rows, wf, combiner="end_of_window"):
         hw.FixedWindows(60, offset=25),
         hw.SlidingWindows("2 minutes", "30 seconds"),
         hw.SlidingWindows(100, 40, offset=7),  # period does not divide size
+        hw.CumulativeWindows("30 seconds", "2 minutes"),
+        hw.CumulativeWindows(20, 100, offset=7),
         hw.Sessions("20 seconds"),
         hw.GlobalWindows(),
     ],

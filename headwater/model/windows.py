@@ -109,6 +109,45 @@ class SlidingWindows(WindowFn):
         return rows, start, start + self.size
 
 
+@dataclass(frozen=True, init=False)
+class CumulativeWindows(WindowFn):
+    """Flink's cumulating windows: in each period ``[p, p + size)`` (``p`` aligned
+    to ``size`` and ``offset``), the windows ``[p, p + step)``, ``[p, p + 2*step)``
+    ... ``[p, p + size)``, one per step, all starting at ``p``. An element lands in
+    every window of its period that ends after it, so an early window of a period
+    is complete (and fires) before the later ones. ``step`` must divide ``size``.
+    """
+
+    step: int
+    size: int
+    offset: int
+
+    def __init__(self, step, size, offset=0) -> None:
+        object.__setattr__(self, "step", to_millis(step))
+        object.__setattr__(self, "size", to_millis(size))
+        object.__setattr__(self, "offset", to_millis(offset) % max(to_millis(size), 1))
+        if self.step <= 0 or self.size <= 0:
+            raise ValueError(
+                f"CumulativeWindows needs positive step and size, got {step!r}, {size!r}"
+            )
+        if self.size % self.step:
+            raise ValueError(
+                f"CumulativeWindows' step ({self.step} ms) must divide its size "
+                f"({self.size} ms): the last window of a period is the whole period"
+            )
+
+    def assign(self, timestamps: np.ndarray) -> Assignment:
+        ts = np.asarray(timestamps, dtype=np.int64)
+        start = ts - np.mod(ts - self.offset, self.size)
+        first_end = ts - np.mod(ts - self.offset, self.step) + self.step
+        # Windows per element: its own step's end up to the period's end (a
+        # repeat, not a dense (elements x steps) matrix: a day of 1 s steps is fine).
+        counts = (start + self.size - first_end) // self.step + 1
+        rows = np.repeat(np.arange(len(ts)), counts)
+        nth = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        return rows, start[rows], first_end[rows] + nth * self.step
+
+
 def _sorted_by_key_start(keys, starts, ends):
     order = np.lexsort((ends, starts, keys))
     return order, keys[order], starts[order], ends[order]

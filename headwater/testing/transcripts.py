@@ -57,6 +57,7 @@ _WINDOW_NAMES = {
     "GlobalWindows": windows.GlobalWindows,
     "FixedWindows": windows.FixedWindows,
     "SlidingWindows": windows.SlidingWindows,
+    "CumulativeWindows": windows.CumulativeWindows,
     "Sessions": windows.Sessions,
     "ValidityWindows": windows.ValidityWindows,
     "CalendarWindows": windows.CalendarWindows,

@@ -12,6 +12,7 @@ import pytest
 from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.model.windows import (
     CalendarWindows,
+    CumulativeWindows,
     FixedWindows,
     GlobalWindows,
     Sessions,
@@ -121,6 +122,58 @@ def test_sliding_windows_examples():
     # size 3 < period 5: gaps between windows
     fn = SlidingWindows(3, 5, 1)
     assert _assigned(fn, [1000, 3999, 4000, 5999]) == {(0, 1000, 4000), (1, 1000, 4000)}
+
+
+# ------------------------------------------------------------- cumulative
+def _cumulative_brute(t: int, step: int, size: int, offset: int) -> set[tuple[int, int]]:
+    """Every window ``[p, p + m*step)`` of every period start ``p`` that holds ``t``."""
+    out = set()
+    k = (t - offset) // size
+    for j in range(k - 2, k + 3):
+        start = offset + j * size
+        for m in range(1, size // step + 1):
+            if start <= t < start + m * step:
+                out.add((start, start + m * step))
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cumulative_windows_vs_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    step = int(rng.integers(1, 20_000))
+    size = step * int(rng.integers(1, 8))
+    offset = int(rng.integers(-2 * size, 2 * size))
+    ts = _random_ts(rng)
+    fn = CumulativeWindows(step / 1000, size / 1000, offset / 1000)
+    expected = {
+        (i, s, e)
+        for i, t in enumerate(ts)
+        for s, e in _cumulative_brute(int(t), step, size, offset)
+    }
+    assert _assigned(fn, ts) == expected
+
+
+def test_cumulative_windows_examples():
+    # Flink's example: step 2 min, size 10 min; 08:05 -> [08:00, 08:06) ... [08:00, 08:10)
+    minute = 60_000
+    fn = CumulativeWindows(dt.timedelta(minutes=2), dt.timedelta(minutes=10))
+    assert _assigned(fn, [5 * minute]) == {(0, 0, e * minute) for e in (6, 8, 10)}
+    # a step's end is exclusive: 4 min is in [0, 6), not in [0, 4); the period ends at 10
+    assert _assigned(fn, [4 * minute - 1, 10 * minute - 1]) == {
+        *((0, 0, e * minute) for e in (4, 6, 8, 10)),
+        (1, 0, 10 * minute),
+    }
+    assert _assigned(fn, [-1]) == {(0, -10 * minute, 0)}
+    # offset 3 min: periods [3, 13), [13, 23) ...
+    fn = CumulativeWindows(120, 600, 180)
+    ends = (15, 17, 19, 21, 23)
+    assert _assigned(fn, [14 * minute]) == {(0, 13 * minute, e * minute) for e in ends}
+    assert _assigned(CumulativeWindows(1, 5), []) == set()
+
+
+def test_cumulative_windows_need_a_step_that_divides_the_size():
+    with pytest.raises(ValueError, match="must divide"):
+        CumulativeWindows(3, 10)
 
 
 # --------------------------------------------------------------- sessions
@@ -347,6 +400,8 @@ def test_calendar_years_and_every():
         lambda: SlidingWindows(10, 0),
         lambda: SlidingWindows(0, 5),
         lambda: SlidingWindows(-10, 5),
+        lambda: CumulativeWindows(0, 10),
+        lambda: CumulativeWindows(5, -10),
         lambda: Sessions(0),
         lambda: Sessions(-1),
         lambda: CalendarWindows("week"),

@@ -183,9 +183,10 @@ def make_replay(seed: int, folder: Path) -> Replay:
 
 @dataclass(frozen=True)
 class Windowing:
-    """A windowing TVF: ``kind`` TUMBLE, HOP or SESSION; sizes in seconds; Flink's
-    spelling (``TABLE(TUMBLE(TABLE t, ...))``, columns window_start/window_end) or
-    the paper's (``Tumble(data => ...)``, columns wstart/wend)."""
+    """A windowing TVF: ``kind`` TUMBLE, HOP, SESSION or CUMULATE (``slide`` its
+    step); sizes in seconds; Flink's spelling (``TABLE(TUMBLE(TABLE t, ...))``,
+    columns window_start/window_end) or the paper's (``Tumble(data => ...)``,
+    columns wstart/wend; CUMULATE has Flink's only)."""
 
     kind: str
     size: int
@@ -209,7 +210,11 @@ class Windowing:
             data = f"TABLE {stream.name}"
             if self.session_key:
                 data += f" PARTITION BY {self.session_key}"
-            args = {"TUMBLE": [iv(self.size)], "HOP": [iv(self.slide), iv(self.size)]}
+            args = {
+                "TUMBLE": [iv(self.size)],
+                "HOP": [iv(self.slide), iv(self.size)],
+                "CUMULATE": [iv(self.slide), iv(self.size)],
+            }
             rest = args.get(self.kind, [iv(self.size)])
             return f"TABLE({self.kind}({data}, DESCRIPTOR({stream.time}), {', '.join(rest)}))"
         args = [f"data => TABLE({stream.name})", f"timecol => DESCRIPTOR({stream.time})"]
@@ -227,7 +232,7 @@ class Windowing:
 #: A windowing TVF call as :meth:`Windowing.call` writes it (either spelling);
 #: group 1 or 2 is the stream's name.
 WINDOWING_CALL = re.compile(
-    r"TABLE\((?:TUMBLE|HOP|SESSION)\(TABLE (\w+)(?: PARTITION BY \w+)?, DESCRIPTOR\(\w+\)"
+    r"TABLE\((?:TUMBLE|HOP|SESSION|CUMULATE)\(TABLE (\w+)(?: PARTITION BY \w+)?, DESCRIPTOR\(\w+\)"
     r"(?:, INTERVAL '\d+' SECOND)+\)\)"
     r"|(?:Tumble|Hop|Session)\(data => TABLE\((\w+)\)"
     r"(?:, \w+ => (?:INTERVAL '\d+' SECOND|DESCRIPTOR\(\w+\)))+\)"
@@ -235,13 +240,16 @@ WINDOWING_CALL = re.compile(
 
 
 def random_windowing(rng: random.Random, stream: Stream) -> Windowing:
-    kind = rng.choice(["TUMBLE", "TUMBLE", "HOP", "SESSION"])
+    kind = rng.choice(["TUMBLE", "TUMBLE", "HOP", "SESSION", "CUMULATE"])
     flink = rng.random() < 0.5
     if kind == "TUMBLE":
         return Windowing(kind, rng.choice([60, 120, 300, 600]), 0, flink)
     if kind == "HOP":
         slide = rng.choice([60, 120, 300])
         return Windowing(kind, slide * rng.choice([1, 2, 3]), slide, flink)
+    if kind == "CUMULATE":
+        step = rng.choice([60, 120, 300])
+        return Windowing(kind, step * rng.choice([2, 3, 4]), step, True)
     key = rng.choice([None, *stream.groupable])
     return Windowing(kind, rng.choice([60, 120, 240]), 0, flink, key)
 

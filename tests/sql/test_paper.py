@@ -37,19 +37,6 @@ from headwater.sql.parse.dialect import parse_query
 DATA = Path(__file__).parent / "data" / "paper"
 CASES = yaml.safe_load((DATA / "expected.yaml").read_text(encoding="utf-8"))
 STREAM_CASES = [c for c in CASES if c["input"].endswith(".jsonl")]
-#: What headwater does not run (yet): case name -> reason.
-NOT_SUPPORTED = {
-    "flink_cumulate_sum": "CUMULATE is not one of headwater's windowing TVFs (TUMBLE, HOP, "
-    "SESSION); the issue does not ask for it",
-}
-
-
-def _case_param(case: dict):
-    marks = []
-    if case["name"] in NOT_SUPPORTED:
-        reason = NOT_SUPPORTED[case["name"]]
-        marks.append(pytest.mark.xfail(strict=True, raises=SqlError, reason=reason))
-    return pytest.param(case, id=case["name"], marks=marks)
 
 
 def query_of(case: dict) -> str:
@@ -97,7 +84,7 @@ def check(case: dict, frame: pd.DataFrame, what: str = "") -> None:
 # ------------------------------------------------------------------ local runner
 
 
-@pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_case_on_the_local_runner(case: dict) -> None:
     check(case, sql(query_of(case), tables_of(case)).to_pandas(as_of(case)), "local")
 

@@ -148,7 +148,8 @@ def reference_of(text: str, replay: Replay) -> Reference:
 def _dropped_pairs(dead: pd.DataFrame, stream: Stream, pairs: pd.DataFrame, ws: str | None):
     """Which rows of ``pairs`` (of ``stream``; (row, window) pairs when ``ws`` names
     their window start) the run dropped: a dead letter with a window drops the
-    row from that window, one without from all; without ``ws``, any drops the row."""
+    row from that window (by its start and end: CUMULATE's windows share their
+    start), one without from all; without ``ws``, any drops the row."""
     mine = dead[dead["table"] == stream.name] if len(dead) else dead
     if not len(mine) or stream.time not in mine.columns:
         return np.zeros(len(pairs), dtype=bool)
@@ -157,8 +158,11 @@ def _dropped_pairs(dead: pd.DataFrame, stream: Stream, pairs: pd.DataFrame, ws: 
         return pairs[stream.time].isin(times).to_numpy()
     whole = pairs[stream.time].isin(times[mine["window_start"].isna()]).to_numpy()
     starts = pd.to_datetime(mine["window_start"])
-    windowed = pd.MultiIndex.from_arrays([times, starts])[starts.notna().to_numpy()]
-    return whole | pd.MultiIndex.from_arrays([pairs[stream.time], pairs[ws]]).isin(windowed)
+    ends = pd.to_datetime(mine["window_end"])
+    windowed = pd.MultiIndex.from_arrays([times, starts, ends])[starts.notna().to_numpy()]
+    we = "window_end" if ws == "window_start" else "wend"
+    named = pd.MultiIndex.from_arrays([pairs[stream.time], pairs[ws], pairs[we]])
+    return whole | named.isin(windowed)
 
 
 def bounded(

@@ -94,6 +94,7 @@ from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.model.types import INT64, TIMESTAMP
 from headwater.model.windows import (
     CalendarWindows,
+    CumulativeWindows,
     FixedWindows,
     GlobalWindows,
     Sessions,
@@ -299,6 +300,20 @@ def _sliding_gaps(df, wf: SlidingWindows) -> DataFrame:
     return df.where(F.pmod(F.col(_TS) - F.lit(wf.offset), F.lit(wf.period)) >= F.lit(wf.size))
 
 
+def _cumulative(df, wf: CumulativeWindows, key_cols, agg_exprs):
+    ts = F.col(_TS)
+    start = ts - F.pmod(ts - F.lit(wf.offset), F.lit(wf.size))
+    first_end = ts - F.pmod(ts - F.lit(wf.offset), F.lit(wf.step)) + F.lit(wf.step)
+    # One row per window of the element's period that ends after it.
+    ends = F.sequence(first_end, start + F.lit(wf.size), F.lit(wf.step))
+    return (
+        df.withColumn(_START, start)
+        .withColumn(_END, F.explode(ends))
+        .groupBy(*key_cols, _START, _END)
+        .agg(*agg_exprs)
+    )
+
+
 def _calendar_plan(df, wf: CalendarWindows, key_cols, agg_exprs):
     return _calendar(df, wf).groupBy(*key_cols, _START, _END).agg(*agg_exprs)
 
@@ -317,6 +332,7 @@ WINDOWS: dict[type[WindowFn], NativeWindows] = {
     GlobalWindows: NativeWindows(_global),
     FixedWindows: NativeWindows(_fixed),
     SlidingWindows: NativeWindows(_sliding, _sliding_gaps),
+    CumulativeWindows: NativeWindows(_cumulative),
     CalendarWindows: NativeWindows(_calendar_plan),
     Sessions: NativeWindows(_sessions_plan),
     ValidityWindows: NativeWindows(_validity_plan),

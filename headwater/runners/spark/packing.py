@@ -60,6 +60,7 @@ Aggregations = Mapping[str, tuple[C.CombineFn, str | None]]
 SLICES: dict[type[W.WindowFn], Callable[[W.WindowFn], tuple[int, int]]] = {
     W.FixedWindows: lambda wf: (wf.size, wf.offset),
     W.SlidingWindows: lambda wf: (math.gcd(wf.size, wf.period), wf.offset),
+    W.CumulativeWindows: lambda wf: (wf.step, wf.offset),
     W.GlobalWindows: lambda wf: (0, 0),
 }
 
@@ -121,7 +122,7 @@ def lifting(
     Valid when (1) every aggregation's combiner is in :data:`LIFT_RULES` (of a
     numeric column): partial aggregates merge into the same result; (2) the
     window function is in :data:`SLICES`: all elements of one *slice* (Fixed:
-    the window; Sliding: a ``gcd(size, period)`` interval; Global: everything)
+    the window; Sliding: a ``gcd(size, period)`` interval; Cumulative: a step; Global: everything)
     belong to the same windows, so one partial per (key, slice) lands in
     exactly the windows its elements would; sessions merge per element and are
     never lifted; (3) the timestamp combiner is end of window (holds of

@@ -26,7 +26,7 @@ from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.watermarks import END_OF_INPUT
-from headwater.model.windows import FixedWindows, SlidingWindows
+from headwater.model.windows import CumulativeWindows, FixedWindows, SlidingWindows
 from headwater.sql.errors import SqlError, position
 from headwater.sql.execute.aggregate_local import AggregatePlan, try_compile
 from headwater.sql.execute.local_steps import (
@@ -335,7 +335,8 @@ def group_keys(
     keys; the values of its maintenance key's columns (also of hopping windows
     keyed by columns too: a row is in several windows, but in one key); for
     tumbling windows the window's start, so that windows spread over the
-    runner's state shards (a row is in one window); else one key."""
+    runner's state shards (a row is in one window; of cumulating windows, the
+    period's start: a row's windows all start there); else one key."""
     if plan.keys:
         first, *rest = (frame[k].astype(str) for k in plan.keys)
         return (first.str.cat(rest, sep="|") if rest else first).to_numpy(object)
@@ -346,7 +347,7 @@ def group_keys(
             text = text + "|" + part
         return text
     fn = plan.window_fn
-    if isinstance(fn, FixedWindows):
+    if isinstance(fn, FixedWindows | CumulativeWindows):
         ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
         return (ms - np.mod(ms - fn.offset, fn.size)).astype(str).astype(object)
     return np.full(len(frame), "0", dtype=object)
@@ -379,7 +380,11 @@ def key_text(values: pd.Series) -> np.ndarray:
 
 def is_keyed(plan: QueryPlan) -> bool:
     """Whether the model plan of ``plan`` has a key (see :func:`group_keys`)."""
-    return keyed_by_columns(plan) or bool(plan.keys) or isinstance(plan.window_fn, FixedWindows)
+    return (
+        keyed_by_columns(plan)
+        or bool(plan.keys)
+        or isinstance(plan.window_fn, FixedWindows | CumulativeWindows)
+    )
 
 
 def keyed_by_columns(plan: QueryPlan) -> bool:

@@ -34,7 +34,7 @@ from headwater.model.slack import SlackStrategy
 from headwater.model.time import to_millis
 from headwater.model.types import INT64
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
-from headwater.model.windows import FixedWindows
+from headwater.model.windows import CumulativeWindows, FixedWindows
 from headwater.runners.spark.ending import end_of_input_for, started
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.runners.spark.session import starting_query
@@ -375,7 +375,7 @@ def _group_key(F, plan, ts, table):
         parts = [_key_text(F, table.spark, c) for c in plan.key.columns_of(table.name)]
         return F.concat_ws("|", *parts)
     fn = plan.window_fn
-    if isinstance(fn, FixedWindows):
+    if isinstance(fn, FixedWindows | CumulativeWindows):
         return (ts - F.pmod(ts - F.lit(fn.offset), F.lit(fn.size))).cast("string")
     return F.lit("0")
 

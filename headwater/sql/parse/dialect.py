@@ -2,11 +2,12 @@
 
 The language is the one of "One SQL to Rule Them All" (Begoli et al., 2019):
 windowing table functions in FROM (``Tumble``, ``Hop``, ``Session``, also in
-Flink's spelling ``TABLE(TUMBLE(TABLE t, ...))``) and an ``EMIT`` clause that
-ends a query. Each TVF spelling parses to one :class:`WindowTVF` node and the
-EMIT clause to an :class:`Emit` node in ``query.args["emit"]``, so the planner
-sees one shape whatever was written. The rest is sqlglot's ANSI-ish default
-dialect; CREATE TABLE accepts ``WATERMARK FOR ts AS ts - INTERVAL ...``.
+Flink's spelling ``TABLE(TUMBLE(TABLE t, ...))``, and Flink's ``CUMULATE``) and
+an ``EMIT`` clause that ends a query. Each TVF spelling parses to one
+:class:`WindowTVF` node and the EMIT clause to an :class:`Emit` node in
+``query.args["emit"]``, so the planner sees one shape whatever was written.
+The rest is sqlglot's ANSI-ish default dialect; CREATE TABLE accepts
+``WATERMARK FOR ts AS ts - INTERVAL ...``.
 
 Every problem is a :class:`SqlError` positioned at the offending token.
 """
@@ -43,7 +44,7 @@ __all__ = [
 class WindowTVF(exp.Expression):
     """A windowing table function in FROM (or JOIN), normalized from every spelling.
 
-    ``size``/``slide``/``offset``/``gap`` are ints (ms); ``flink`` tells which
+    ``size``/``slide``/``step``/``offset``/``gap`` are ints (ms); ``flink`` tells which
     window columns it adds (Flink's window_start/window_end/window_time, or
     the paper's wstart/wend).
     """
@@ -54,6 +55,7 @@ class WindowTVF(exp.Expression):
         "timecol": True,
         "size": False,
         "slide": False,
+        "step": False,
         "offset": False,
         "gap": False,
         "keys": False,
@@ -68,7 +70,7 @@ class Emit(exp.Expression):
     arg_types = {"stream": False, "watermark": False, "delay": False}
 
 
-WINDOW_KINDS = ("TUMBLE", "HOP", "SESSION")
+WINDOW_KINDS = ("TUMBLE", "HOP", "SESSION", "CUMULATE")
 
 #: Parameters in positional order, per (Flink spelling?, kind). Flink's HOP takes
 #: the slide before the size, the paper's Hop the size (dur) before the hop.
@@ -79,6 +81,7 @@ _SIGNATURES: dict[tuple[bool, str], tuple[str, ...]] = {
     (True, "TUMBLE"): ("DATA", "TIMECOL", "SIZE", "OFFSET"),
     (True, "HOP"): ("DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"),
     (True, "SESSION"): ("DATA", "TIMECOL", "GAP"),
+    (True, "CUMULATE"): ("DATA", "TIMECOL", "STEP", "SIZE", "OFFSET"),
 }
 #: The WindowTVF arg each parameter fills.
 _PARAM_ARG = {
@@ -88,6 +91,7 @@ _PARAM_ARG = {
     "SIZE": "size",
     "HOPSIZE": "slide",
     "SLIDE": "slide",
+    "STEP": "step",
     "OFFSET": "offset",
     "GAP": "gap",
     "KEYS": "keys",
@@ -176,6 +180,7 @@ _READERS: dict[str, t.Callable[[str, _TvfArg], t.Any]] = {
     "keys": _descriptor,
     "size": _positive,
     "slide": _positive,
+    "step": _positive,
     "gap": _positive,
     "offset": _duration,
 }
@@ -255,6 +260,13 @@ def _window_tvf(kind: str, flink: bool, call: Token, args: list[_TvfArg]) -> Win
     keys = _partition_keys(call, kind, given)
     if keys is not None:
         values["keys"] = keys
+    if kind == "CUMULATE" and values["size"] % values["step"]:
+        raise _arg_error(
+            f"{call.text}'s STEP ({given['STEP'].value.sql()}) must divide its SIZE "
+            f"({given['SIZE'].value.sql()}): the last window of each period is the whole SIZE",
+            given["STEP"],
+            "Choose a STEP that divides the SIZE, e.g. INTERVAL '1' MINUTE of INTERVAL '10' MINUTE",
+        )
     return WindowTVF(kind=kind, flink=flink, **values)
 
 
@@ -375,6 +387,7 @@ class HeadwaterParser(BaseParser):
         "TUMBLE": lambda self: self._parse_window_tvf("TUMBLE"),
         "HOP": lambda self: self._parse_window_tvf("HOP"),
         "SESSION": lambda self: self._parse_window_tvf("SESSION"),
+        "CUMULATE": lambda self: self._refuse_bare_cumulate(),
         "TABLE": lambda self: self._parse_flink_window_tvf(),
     }
 
@@ -400,6 +413,15 @@ class HeadwaterParser(BaseParser):
         tvf = _window_tvf(kind, first is not None, call, args)
         return self.expression(tvf, token=first or call)
 
+    def _refuse_bare_cumulate(self) -> WindowTVF:
+        """``CUMULATE(...)`` outside TABLE(...): Flink has no other spelling of it."""
+        raise SqlError(
+            "CUMULATE is a windowing table function: it is called inside TABLE(...)",
+            *token_position(self._tokens[self._index - 2]),
+            "Write FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE, "
+            "INTERVAL '10' MINUTE))",
+        )
+
     def _parse_flink_window_tvf(self) -> WindowTVF:
         """After ``TABLE (``: Flink's TABLE(TUMBLE(...)), the only use of TABLE(...) here."""
         first = self._tokens[self._index - 2]
@@ -408,7 +430,8 @@ class HeadwaterParser(BaseParser):
             raise SqlError(
                 "TABLE(...) must wrap a windowing table function",
                 *token_position(self._curr or first),
-                "Write TABLE(TUMBLE(...)), TABLE(HOP(...)) or TABLE(SESSION(...))",
+                "Write TABLE(TUMBLE(...)), TABLE(HOP(...)), TABLE(SESSION(...)) "
+                "or TABLE(CUMULATE(...))",
             )
         self._advance(2)
         tvf = self._parse_window_tvf(kind, first)

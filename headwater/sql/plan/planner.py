@@ -21,6 +21,7 @@ from sqlglot import exp
 from headwater.model.panes import Accumulation
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.windows import (
+    CumulativeWindows,
     FixedWindows,
     GlobalWindows,
     Sessions,
@@ -96,6 +97,8 @@ def _window_fn(tvf: WindowTVF) -> tuple[WindowFn, tuple[str, ...]]:
         return FixedWindows(_ms(tvf, "size"), _ms(tvf, "offset")), ()
     if kind == "HOP":
         return SlidingWindows(_ms(tvf, "size"), _ms(tvf, "slide"), _ms(tvf, "offset")), ()
+    if kind == "CUMULATE":
+        return CumulativeWindows(_ms(tvf, "step"), _ms(tvf, "size"), _ms(tvf, "offset")), ()
     keys = tuple(k.name for k in tvf.args.get("keys") or [])
     return Sessions(_ms(tvf, "gap")), keys
 

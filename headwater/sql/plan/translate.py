@@ -1,8 +1,8 @@
 """A query as plain SQL of one engine: windowing table functions expanded.
 
 Neither DuckDB nor Spark has the paper's ``Tumble``/``Hop``/``Session`` table
-functions, so each is rewritten into a subquery that adds the window columns
-with the engine's own expressions. Two modes:
+functions (nor Flink's ``CUMULATE``), so each is rewritten into a subquery that
+adds the window columns with the engine's own expressions. Two modes:
 
 * ``compute``: the window columns are computed from the time column (a bounded
   query over a whole table: the result after all input);
@@ -111,6 +111,23 @@ def _hop(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str:
     return f"SELECT {select} FROM {src}{sep}{series} WHERE __hw_s + {size} > {m}"
 
 
+def _cumulate(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str:
+    """One row per window of the row's period (aligned to ``size``) that ends after
+    it: the ends from its own step's end to the period's end, every ``step``."""
+    t = target.q(tvf.args["timecol"].name)
+    m = target.millis.format(t=t)
+    size, step = int(tvf.args["size"]), int(tvf.args["step"])
+    offset = int(tvf.args.get("offset") or 0)
+    start_ms = f"({m} - {target.pmod.format(a=f'{m} - {offset}', n=size)})"
+    first_end = f"({m} - {target.pmod.format(a=f'{m} - {offset}', n=step)} + {step})"
+    series = target.series.format(lo=first_end, hi=f"{start_ms} + {size}", step=step)
+    start = target.timestamp.format(m=start_ms)
+    end = target.timestamp.format(m="__hw_s")
+    sep = " " if target.dialect == "spark" else ", "
+    select = _window_select(tvf, target, cols, start, end)
+    return f"SELECT {select} FROM {src}{sep}{series} WHERE {t} IS NOT NULL"
+
+
 def _session(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str:
     """Sessions per key: a row opens a new session unless it is within ``gap`` of
     the previous row of its key (sorted by time); bounds are min and max + gap."""
@@ -144,7 +161,12 @@ def _group(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str
 Expansion = Callable[[WindowTVF, Target, str, Sequence[str]], str]
 
 #: How each windowing TVF is computed over a whole table (mode ``compute``).
-EXPANSIONS: dict[str, Expansion] = {"TUMBLE": _tumble, "HOP": _hop, "SESSION": _session}
+EXPANSIONS: dict[str, Expansion] = {
+    "TUMBLE": _tumble,
+    "HOP": _hop,
+    "SESSION": _session,
+    "CUMULATE": _cumulate,
+}
 
 
 def to_engine_sql(
