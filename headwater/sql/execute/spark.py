@@ -65,6 +65,7 @@ from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
+from headwater.sql.plan.functions import Functions
 from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -123,8 +124,15 @@ def _with_null_event_times(run: SqlRun, sql: SqlPlan, as_of: int | None) -> SqlR
 class SparkSqlQuery(SqlQuery):
     """A query on Spark: native batch plans for tables, the streaming runner for streams."""
 
-    def __init__(self, text: str, tables: Mapping[str, Any], name: str = "query", spark=None):
-        super().__init__(text, tables, name)
+    def __init__(
+        self,
+        text: str,
+        tables: Mapping[str, Any],
+        name: str = "query",
+        functions: Functions = None,
+        spark=None,
+    ):
+        super().__init__(text, tables, name, functions)
         self.spark = spark or spark_session()
 
     def _frames(self):
