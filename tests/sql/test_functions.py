@@ -168,3 +168,41 @@ def test_a_failing_function_fails_the_query_naming_it(fn, kind):
     with pytest.raises(FunctionError) as info:
         query.to_pandas()
     assert FAILURES[fn] in str(info.value)
+
+
+# ------------------------------------------------------------------ Spark
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("shape", list(QUERIES))
+def test_spark_equals_the_local_runner(spark, shape):
+    """Spark SQL calls the function as a pandas_udf (the bounded query), the
+    stream's per-shard DuckDB state as an Arrow function: both equal plain SQL."""
+    from headwater.sql.execute.spark import SparkSqlQuery
+
+    frame = events(120)
+    query = QUERIES[shape].format(f="count_char(s, 'c')")
+    expected = plain_sql(QUERIES[shape], frame)
+    bounded = SparkSqlQuery(query, {"t": frame.drop(columns=["arrival"])}, "b", [count_char], spark)
+    assert_same_rows(rows(bounded.to_pandas()), expected, ordered=False, what=f"{shape} bounded")
+    streamed = SparkSqlQuery(query, {"t": stream(frame)}, "s", [count_char], spark)
+    assert_same_rows(rows(streamed.to_pandas()), expected, ordered=False, what=f"{shape} stream")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["bounded", "stream"])
+def test_spark_a_failing_function_fails_the_query_naming_it(spark, kind):
+    from headwater.sql.execute.spark import SparkSqlQuery
+
+    frame = pd.DataFrame(
+        {
+            "ts": pd.to_datetime(["2024-01-01 00:00:01"] * 3),
+            "s": ["a", "bb", "x"],
+            "arrival": pd.to_datetime(["2024-01-01 00:00:02"] * 3),
+        }
+    )
+    table = stream(frame) if kind == "stream" else frame.drop(columns=["arrival"])
+    query = SparkSqlQuery("SELECT raises(s) AS n FROM t", {"t": table}, "q", [raises], spark)
+    with pytest.raises(FunctionError) as info:
+        query.to_pandas()
+    assert FAILURES[raises] in str(info.value)

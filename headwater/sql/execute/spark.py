@@ -65,7 +65,7 @@ from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
-from headwater.sql.plan.functions import Functions
+from headwater.sql.plan.functions import Functions, function_error, register_spark
 from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -158,6 +158,7 @@ class SparkSqlQuery(SqlQuery):
         from pyspark.errors import AnalysisException
 
         text = to_engine_sql(self.plan.query, "spark", columns_of(self.plan))
+        register_spark(self.spark, self.plan.functions)
         try:
             return self.spark.sql(text)
         except AnalysisException as exc:
@@ -178,9 +179,15 @@ class SparkSqlQuery(SqlQuery):
         return self.bounded()
 
     def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:
-        if not self.plan.is_stream:
-            return self.bounded().toPandas()
-        return super().to_pandas(as_of)
+        try:
+            if not self.plan.is_stream:
+                return self.bounded().toPandas()
+            return super().to_pandas(as_of)
+        except Exception as exc:  # Spark's (a worker's traceback): a user function's?
+            error = function_error(str(exc))
+            if error is None:
+                raise
+            raise error from None
 
     def _stream_run(self, as_of: int | None) -> SqlRun:
         """The replay through the Spark streaming runner (corrections, when a

@@ -148,13 +148,13 @@ def create_function(create: exp.Create) -> ScalarFunction:
     return next(iter(function_set({name: value}).values()))
 
 
-#: DuckDB's message of a Python exception in a function: its type, then ours.
-_RAISED = re.compile(r"executing the UDF: (?:\w+\.)*FunctionError: (?P<message>[^\n]*)")
+#: A FunctionError in an engine's message (DuckDB's, or a Spark worker's traceback).
+_RAISED = re.compile(r"\bFunctionError: (?P<message>[^\n]*)")
 
 
 def function_error(message: str) -> FunctionError | None:
-    """The FunctionError a user function raised inside an engine (its message
-    carries it), else None."""
+    """The FunctionError a user function raised inside an engine (DuckDB, a Spark
+    worker: its message carries it), else None."""
     found = _RAISED.search(message)
     return FunctionError(found["message"]) if found else None
 
@@ -191,4 +191,31 @@ def _batch_call(f: ScalarFunction, arrow_type: pa.DataType) -> Callable[..., pa.
     kind = inspect.Parameter.POSITIONAL_ONLY
     params = [inspect.Parameter(f"arg{i}", kind) for i in range(len(f.argument_types))]
     call.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return call
+
+
+def register_spark(spark, functions: Iterable[ScalarFunction]) -> None:
+    """Register ``functions`` in the SparkSession as ``pandas_udf``s (Spark SQL's
+    vectorized functions: a batch of pandas Series in, a Series out)."""
+    from pyspark.sql.functions import pandas_udf
+
+    for f in functions:
+        result = exp.DataType.build(f.result_type, dialect="duckdb").sql("spark")
+        spark.udf.register(f.name, pandas_udf(_series_call(f), result))
+
+
+def _series_call(f: ScalarFunction) -> Callable[..., pd.Series]:
+    """``f`` as Spark calls a scalar ``pandas_udf``: one Series parameter per argument
+    (Spark reads the kind of function from the type hints)."""
+
+    def call(*columns: pd.Series) -> pd.Series:
+        return f.apply(list(columns))
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [
+        inspect.Parameter(f"arg{i}", kind, annotation=pd.Series)
+        for i in range(len(f.argument_types))
+    ]
+    call.__signature__ = inspect.Signature(params, return_annotation=pd.Series)  # type: ignore[attr-defined]
+    call.__annotations__ = {**{p.name: pd.Series for p in params}, "return": pd.Series}
     return call
