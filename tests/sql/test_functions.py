@@ -206,3 +206,26 @@ def test_spark_a_failing_function_fails_the_query_naming_it(spark, kind):
     with pytest.raises(FunctionError) as info:
         query.to_pandas()
     assert FAILURES[raises] in str(info.value)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def test_cli_function_flag(capsys, tmp_path):
+    from headwater.cli import main
+
+    frame = pd.DataFrame({"s": ["abc", "cc"]})
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, index=False)
+    script = tmp_path / "q.sql"
+    script.write_text(
+        f"CREATE TABLE t (s VARCHAR) WITH ('format' = 'csv', 'path' = '{path}');\n"
+        "SELECT s, cc(s, 'c') AS n FROM t;"
+    )
+    argv = ["sql", "-f", str(script), "--format", "csv"]
+    assert main([*argv, "--function", "cc=headwater.sql.nexmark_udfs.count_char"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["s,n", "abc,1", "cc,2"]
+    assert main([*argv, "--function", "cc=headwater.sql.nexmark_udfs.nothing"]) == 2
+    assert "--function cc: cannot import 'headwater.sql.nexmark_udfs.nothing'" in (
+        capsys.readouterr().err
+    )

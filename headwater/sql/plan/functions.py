@@ -138,13 +138,19 @@ def create_function(create: exp.Create) -> ScalarFunction:
             *position(create.expression or create),
             f"{_HINT}, naming a ScalarFunction as 'module.attr'",
         )
-    module, attr = path.rsplit(".", 1)
+    return import_function(name, path, f"CREATE FUNCTION {name}", *position(create.expression))
+
+
+def import_function(
+    name: str, path: str, what: str, line: int | None = None, col: int | None = None
+) -> ScalarFunction:
+    """The ScalarFunction at ``path`` ('module.attr'), called ``name`` in SQL;
+    SqlError (``what``: where it was named) if it cannot be imported."""
+    module, _, attr = path.rpartition(".")
     try:
         value = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SqlError(
-            f"CREATE FUNCTION {name}: cannot import {path!r}: {exc}", *position(create.expression)
-        ) from None
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SqlError(f"{what}: cannot import {path!r}: {exc}", line, col) from None
     return next(iter(function_set({name: value}).values()))
 
 
