@@ -126,6 +126,12 @@ def test_an_unknown_function_is_positioned():
     assert (info.value.line, info.value.col) == (2, 3)
 
 
+def test_a_name_sql_has_is_refused():
+    # SQL's own UPPER would run, silently, instead of the Python function
+    with pytest.raises(SqlError, match="'upper': SQL has a function of that name"):
+        sql("SELECT upper(s) FROM t", {"t": pd.DataFrame({"s": ["a"]})}, functions={"upper": words})
+
+
 def test_a_plain_callable_is_refused():
     with pytest.raises(SqlError, match="not a ScalarFunction"):
         sql("SELECT f(s) FROM t", {"t": pd.DataFrame({"s": ["a"]})}, functions={"f": len})

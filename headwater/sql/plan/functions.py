@@ -27,6 +27,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from headwater.sql.errors import SqlError, position
+from headwater.sql.parse.dialect import Headwater
 
 _HINT = (
     "Register a Python function: hw.sql(..., functions=[...]) or "
@@ -115,6 +116,11 @@ def function_set(functions: Functions) -> dict[str, ScalarFunction]:
             raise SqlError(
                 f"functions: a {type(f).__name__} is not a ScalarFunction",
                 hint="Declare its types: hw.sql.function(result_type, argument_types)(fn)",
+            )
+        if f.name.upper() in Headwater().parser_class.FUNCTIONS:
+            raise SqlError(
+                f"function {f.name!r}: SQL has a function of that name",
+                hint="Name a Python function otherwise (functions={'my_name': fn})",
             )
         out[f.name.lower()] = f
     return out
