@@ -132,6 +132,16 @@ def test_a_name_sql_has_is_refused():
         sql("SELECT upper(s) FROM t", {"t": pd.DataFrame({"s": ["a"]})}, functions={"upper": words})
 
 
+def test_declared_types_are_checked():
+    frame = pd.DataFrame({"s": ["a"]})
+    odd = hw.sql.function("NUMBERISH", ["VARCHAR"])(lambda s: s)
+    with pytest.raises(SqlError, match="result type 'NUMBERISH' is not a SQL type"):
+        sql("SELECT f(s) FROM t", {"t": frame}, functions={"f": odd})
+    nullary = hw.sql.function("BIGINT", [])(lambda: 1)
+    with pytest.raises(SqlError, match="'f' takes no arguments"):
+        sql("SELECT f() FROM t", {"t": frame}, functions={"f": nullary})
+
+
 def test_a_plain_callable_is_refused():
     with pytest.raises(SqlError, match="not a ScalarFunction"):
         sql("SELECT f(s) FROM t", {"t": pd.DataFrame({"s": ["a"]})}, functions={"f": len})
@@ -196,8 +206,12 @@ def test_spark_equals_the_local_runner(spark, shape):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind", ["bounded", "stream"])
-def test_spark_a_failing_function_fails_the_query_naming_it(spark, kind):
+@pytest.mark.parametrize(
+    ("fn", "kind"),
+    [(raises, "stream"), (raises, "bounded"), (too_short, "bounded"), (words, "bounded")],
+    ids=["raises-stream", "raises-bounded", "too_short-bounded", "words-bounded"],
+)
+def test_spark_a_failing_function_fails_the_query_naming_it(spark, fn, kind):
     from headwater.sql.execute.spark import SparkSqlQuery
 
     frame = pd.DataFrame(
@@ -208,10 +222,10 @@ def test_spark_a_failing_function_fails_the_query_naming_it(spark, kind):
         }
     )
     table = stream(frame) if kind == "stream" else frame.drop(columns=["arrival"])
-    query = SparkSqlQuery("SELECT raises(s) AS n FROM t", {"t": table}, "q", [raises], spark)
+    query = SparkSqlQuery(f"SELECT {fn.name}(s) AS n FROM t", {"t": table}, "q", [fn], spark)
     with pytest.raises(FunctionError) as info:
         query.to_pandas()
-    assert FAILURES[raises] in str(info.value)
+    assert FAILURES[fn] in str(info.value)
 
 
 # ------------------------------------------------------------------ command line

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -73,7 +74,22 @@ class ScalarFunction:
 
     def arrow(self, columns: list[pa.ChunkedArray], arrow_type: pa.DataType) -> pa.Array:
         """``apply`` over Arrow columns (DuckDB's batch), as ``arrow_type``."""
-        out = self.apply([c.to_pandas() for c in columns])
+        return self.converted(self.apply([c.to_pandas() for c in columns]), arrow_type)
+
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type of the result type (DuckDB's reading of it)."""
+        with duckdb.connect() as con:
+            try:
+                cast = con.sql(f"SELECT CAST(NULL AS {self.result_type}) AS r")
+            except duckdb.Error:
+                raise SqlError(
+                    f"function {self.name!r}: result type {self.result_type!r} is not a SQL type",
+                    hint="Declare a SQL type: BIGINT, DOUBLE, VARCHAR, DECIMAL(10, 2), ...",
+                ) from None
+            return cast.arrow().read_all().schema.field(0).type
+
+    def converted(self, out: pd.Series, arrow_type: pa.DataType) -> pa.Array:
+        """The function's values as ``arrow_type`` (FunctionError if they are not)."""
         try:
             return pa.array(out, type=arrow_type, from_pandas=True)
         except (pa.ArrowException, TypeError, ValueError) as exc:
@@ -116,6 +132,11 @@ def function_set(functions: Functions) -> dict[str, ScalarFunction]:
             raise SqlError(
                 f"functions: a {type(f).__name__} is not a ScalarFunction",
                 hint="Declare its types: hw.sql.function(result_type, argument_types)(fn)",
+            )
+        if not f.argument_types:
+            raise SqlError(
+                f"function {f.name!r} takes no arguments",
+                hint="A function is called per batch of rows: give it at least one column",
             )
         if f.name.upper() in Headwater().parser_class.FUNCTIONS:
             raise SqlError(
@@ -175,10 +196,9 @@ def register_duckdb(con, functions: Iterable[ScalarFunction]) -> None:
     """Register ``functions`` in the DuckDB connection ``con`` (vectorized: Arrow
     batches in and out; NULLs passed to the function)."""
     for f in functions:
-        result = con.sql(f"SELECT CAST(NULL AS {f.result_type}) AS r").arrow().read_all()
         con.create_function(
             f.name,
-            _batch_call(f, result.schema.field(0).type),
+            _batch_call(f, f.arrow_type()),
             list(f.argument_types),
             f.result_type,
             type="arrow",
@@ -213,15 +233,16 @@ def register_spark(spark, functions: Iterable[ScalarFunction]) -> None:
 
     for f in functions:
         result = exp.DataType.build(f.result_type, dialect="duckdb").sql("spark")
-        spark.udf.register(f.name, pandas_udf(_series_call(f), result))
+        spark.udf.register(f.name, pandas_udf(_series_call(f, f.arrow_type()), result))
 
 
-def _series_call(f: ScalarFunction) -> Callable[..., pd.Series]:
+def _series_call(f: ScalarFunction, arrow_type: pa.DataType) -> Callable[..., pd.Series]:
     """``f`` as Spark calls a scalar ``pandas_udf``: one Series parameter per argument
-    (Spark reads the kind of function from the type hints)."""
+    (Spark reads the kind of function from the type hints); its values checked
+    as on DuckDB (of the result type)."""
 
     def call(*columns: pd.Series) -> pd.Series:
-        return f.apply(list(columns))
+        return f.converted(f.apply(list(columns)), arrow_type).to_pandas()
 
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     params = [
