@@ -154,7 +154,7 @@ def raises(text):
 
 @hw.sql.function("BIGINT", ["VARCHAR"])
 def too_short(text):
-    return text.iloc[:1].str.len()
+    return text.iloc[:0].str.len()  # none, whatever the batch (Spark splits the rows)
 
 
 @hw.sql.function("BIGINT", ["VARCHAR"])
@@ -164,7 +164,7 @@ def words(text):
 
 FAILURES = {
     raises: "function 'raises' raised ValueError: no such character",
-    too_short: "function 'too_short' returned 1 values for 3 rows",
+    too_short: "function 'too_short' returned 0 values for ",
     words: "function 'words' returned values that are not BIGINT",
 }
 
