@@ -12,20 +12,37 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["Corrections", "QualityWatermark", "SqlError", "SqlQuery", "read_replay", "sql"]
+__all__ = [
+    "Corrections",
+    "QualityWatermark",
+    "ScalarFunction",
+    "SqlError",
+    "SqlQuery",
+    "function",
+    "read_replay",
+    "sql",
+]
 
 
-def sql(query: Any, tables: dict[str, Any] | None = None, *, name: str = "query", runner="local"):
+def sql(
+    query: Any,
+    tables: dict[str, Any] | None = None,
+    *,
+    name: str = "query",
+    runner="local",
+    functions=None,
+):
     """Bind ``query`` to ``tables`` (name -> pandas/Spark DataFrame, an
     ``hw.from_pandas``/``hw.from_spark`` source, or :func:`read_replay`).
 
     ``runner``: ``"local"`` (DuckDB and the model in this process) or
     ``"spark"`` (native Spark batch plans; Structured Streaming for streams).
-    Returns an :class:`~headwater.sql.execute.query.SqlQuery`.
+    ``functions``: the Python functions the query calls (:func:`function`; a
+    list, or a mapping name -> function). Returns an :class:`~headwater.sql.execute.query.SqlQuery`.
     """
     from headwater.sql.bind import bind
 
-    return bind(query, tables, name=name, runner=runner)
+    return bind(query, tables, name=name, runner=runner, functions=functions)
 
 
 def __getattr__(name: str) -> Any:
@@ -45,6 +62,10 @@ def __getattr__(name: str) -> Any:
         from headwater.sql.plan.quality import QualityWatermark
 
         return QualityWatermark
+    if name in ("function", "ScalarFunction"):
+        from headwater.sql.plan import functions
+
+        return getattr(functions, name)
     if name == "Corrections":
         from headwater.sql.plan.catalog import Corrections
 

@@ -9,16 +9,22 @@ from headwater.sql.errors import SqlError
 
 
 def bind(
-    query: Any, tables: Mapping[str, Any] | None = None, *, name: str = "query", runner="local"
+    query: Any,
+    tables: Mapping[str, Any] | None = None,
+    *,
+    name: str = "query",
+    runner="local",
+    functions=None,
 ):
     """A :class:`~headwater.sql.execute.query.SqlQuery` of ``query`` (text or parsed) over
-    ``tables`` on ``runner`` (``"local"`` or ``"spark"``)."""
+    ``tables`` on ``runner`` (``"local"`` or ``"spark"``), calling ``functions``
+    (:class:`~headwater.sql.plan.functions.ScalarFunction`, a list or by name)."""
     if runner == "spark":
         from headwater.sql.execute.spark import SparkSqlQuery
 
-        return SparkSqlQuery(query, tables or {}, name)
+        return SparkSqlQuery(query, tables or {}, name, functions)
     if runner != "local":
         raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
     from headwater.sql.execute.query import SqlQuery
 
-    return SqlQuery(query, tables or {}, name)
+    return SqlQuery(query, tables or {}, name, functions)

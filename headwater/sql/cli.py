@@ -66,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
         "(Parquet, one directory per query)",
     )
     p.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        metavar="NAME=MODULE.ATTR",
+        help="a Python function the queries call as NAME (a headwater.sql.function; repeatable)",
+    )
+    p.add_argument(
         "--runner",
         choices=("local", "spark"),
         default="local",
@@ -110,6 +117,14 @@ def _tables(args: argparse.Namespace) -> dict:
             )
         tables[name] = read_replay(path, name, event_times[name], None, lateness.get(name, 0))
     return tables
+
+
+def _functions(args: argparse.Namespace) -> dict:
+    """The ``--function NAME=MODULE.ATTR`` functions, by name."""
+    from headwater.sql.plan.functions import import_function
+
+    pairs = _pairs(args.function, "=", "--function")
+    return {n: import_function(n, p, f"--function {n}") for n, p in pairs.items()}
 
 
 def _duration(text: str, table: str) -> int:
@@ -175,7 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             options = {"checkpoint": args.checkpoint, "follow": args.follow, "as_of": as_of}
             letters = ScriptDeadLetters(args.dead_letters)
             scripted = run_script(
-                text, _tables(args), runner=args.runner, dead_letters=letters, **options
+                text,
+                _tables(args),
+                runner=args.runner,
+                dead_letters=letters,
+                functions=_functions(args),
+                **options,
             )
             for frame in scripted:
                 sys.stdout.write(render(frame, args.format))
@@ -185,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SqlError("give a query, or a script with -f FILE")
         from headwater.sql.bind import bind
 
-        query = bind(args.query, _tables(args), runner=args.runner)
+        query = bind(args.query, _tables(args), runner=args.runner, functions=_functions(args))
         sys.stdout.write(render(query.to_pandas(as_of), args.format))
         _report_dead_letters(query.dead_letters(as_of), args.dead_letters)
         return 0

@@ -12,6 +12,10 @@ queries::
     CREATE TABLE WinnerLog (...) WITH ('format' = 'changelog', 'path' = 'winners/');
     INSERT INTO Winners SELECT ... EMIT STREAM;
 
+``CREATE [TEMPORARY] FUNCTION f AS 'module.attr' LANGUAGE PYTHON`` imports a
+Python function (a :class:`~headwater.sql.plan.functions.ScalarFunction`) that
+the later queries call as ``f``.
+
 Sources (a table with ``WATERMARK FOR``, or ``'format'`` = parquet / csv / json
 / replay with a ``'path'``): ``replay`` is a recorded stream (JSON lines of
 rows and watermarks); parquet, csv and json are files. On Spark a directory
@@ -43,6 +47,7 @@ from headwater.sql.execute.sources import is_sink, local_source, make_sink
 from headwater.sql.parse.ddl import SourceDef, source_def
 from headwater.sql.parse.dialect import parse
 from headwater.sql.plan.catalog import Table
+from headwater.sql.plan.functions import Functions, create_function, function_set
 
 #: A sink ``(batch, batch_id)`` for the dead letters of the query of a name.
 DeadLetters = Callable[[str], Callable[[Any, int], None]]
@@ -54,10 +59,14 @@ def run_script(
     *,
     runner: str = "local",
     dead_letters: DeadLetters | None = None,
+    functions: Functions = None,
     **options,
 ) -> Iterator[pd.DataFrame]:
-    """Run a script's statements in order; yields the result of each plain query."""
+    """Run a script's statements in order; yields the result of each plain query.
+    ``functions``: Python functions its queries call, with those of its ``CREATE
+    FUNCTION ... LANGUAGE PYTHON``."""
     tables = dict(tables or {})
+    known = function_set(functions)
     sinks: dict[str, Any] = {}
     sink_columns: dict[str, list[str]] = {}
     views: dict[str, exp.Query] = {}
@@ -65,6 +74,9 @@ def run_script(
         statement = with_views(statement, views)
         if isinstance(statement, exp.Create) and statement.kind == "VIEW":
             views[statement.this.name.lower()] = statement.expression
+            continue
+        if isinstance(statement, exp.Create) and statement.kind == "FUNCTION":
+            known[statement.this.name.lower()] = create_function(statement)
             continue
         if isinstance(statement, exp.Create):
             d = source_def(statement)
@@ -84,11 +96,11 @@ def run_script(
                     "Declare it with CREATE TABLE ... WITH ('format' = 'changelog' | 'table', ...)",
                 )
             select = by_position(statement.expression, sink_columns[target.lower()])
-            query = bind(select, tables, name=target, runner=runner)
+            query = bind(select, tables, name=target, runner=runner, functions=known)
             letters = None if dead_letters is None else dead_letters(query.plan.name)
             query.write(sink, dead_letter_sink=letters, **options)
             continue
-        query = bind(statement, tables, runner=runner)
+        query = bind(statement, tables, runner=runner, functions=known)
         yield query.to_pandas(options.get("as_of"))
         if dead_letters is not None:
             query.write_dead_letters(dead_letters(query.plan.name), options.get("as_of"))

@@ -27,10 +27,14 @@ _SINK = re.compile(r"WITH \(\s*'format' = 'table',\s*'path' = '\$\{SINK\}'\s*\)"
 #: headwater's ddl.sql writes dateTime bare; Flink reserves DATETIME (its own DDL quotes it).
 _BARE_DATETIME = re.compile(r"(?<!`)\bdateTime\b(?!`)")
 _SIDE = re.compile(r"WITH \(\s*'format' = 'csv',\s*'path' = '\$\{DATA\}/(\w+)\.csv'\s*\)")
+#: q14's function: headwater's Python count_char, in Flink the nexmark jar's Java class.
+_PYTHON_FUNCTION = re.compile(r"AS 'headwater\.sql\.nexmark_udfs\.count_char' LANGUAGE PYTHON")
+_JAVA_FUNCTION = "AS 'com.github.nexmark.flink.udf.CountChar'"
 
 
 def flink_text(ddl: str, query: str, data: Path, sink: Path) -> str:
-    """The query with Flink's filesystem connectors in place of headwater's."""
+    """The query with Flink's filesystem connectors (and Java functions) in place of
+    headwater's."""
     ddl = _SOURCE.sub(
         lambda m: (
             f"WITH ('connector' = 'filesystem', 'format' = 'csv', "
@@ -45,6 +49,7 @@ def flink_text(ddl: str, query: str, data: Path, sink: Path) -> str:
         ),
         query,
     )
+    query = _PYTHON_FUNCTION.sub(_JAVA_FUNCTION, query)
     query = _SINK.sub(
         f"WITH ('connector' = 'filesystem', 'format' = 'csv', 'path' = '{sink}')", query
     )

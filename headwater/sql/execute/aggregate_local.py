@@ -163,6 +163,8 @@ def try_compile(plan: QueryPlan) -> AggregatePlan | str:
     """The fast-path plan of ``plan``, or why the general path runs it: not a
     plain windowed aggregate, or a query the general path reports on (the
     fast path's own SqlError, e.g. a GROUP BY column of a type it cannot key by)."""
+    if plan.functions:
+        return "it calls user functions (the general path evaluates them)"
     shape = analyze_shape(plan)
     if isinstance(shape, str):
         return shape

@@ -49,6 +49,7 @@ from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.calls import argument_error
 from headwater.sql.plan.catalog import PTIME, event_millis
 from headwater.sql.plan.fast_path import enabled
+from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
 from headwater.sql.plan.planner import QueryPlan
@@ -140,8 +141,9 @@ def _out_of_scope(text: str, plan: QueryPlan) -> SqlError | None:
 
 def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
     """A DuckDB binder error as a SqlError at the column or function it names; an
-    unknown column's message lists the columns there are."""
-    function = _unknown_function(str(exc), plan)
+    unknown column's message lists the columns there are; a user function's failure
+    is its FunctionError."""
+    function = function_error(str(exc)) or _unknown_function(str(exc), plan)
     if function is not None:
         return function
     arguments = argument_error(str(exc), plan.query, _column_types(plan))
@@ -169,6 +171,7 @@ def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
 def _empty_tables(plan: QueryPlan) -> duckdb.DuckDBPyConnection:
     """A connection with the query's tables, empty, of their real types."""
     con = duckdb.connect()
+    register_duckdb(con, plan.functions)
     for table in (*plan.streams, *plan.tables):
         types = table.arrow_types()
         empty = pa.table({c: pa.array([], type=t) for c, t in types.items()})
@@ -247,6 +250,7 @@ def run_bounded(plan: QueryPlan) -> pd.DataFrame:
     """The query over whole tables (less the rows of NULL event time): the result
     after all input."""
     con = duckdb.connect()
+    register_duckdb(con, plan.functions)
     for name, frame in bounded_frames(plan)[0].items():
         con.register(name, frame)
     text = to_engine_sql(plan.query, "duckdb", columns_of(plan))
@@ -296,7 +300,9 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
         )
     tables = {t.name: t.local_frame() for t in plan.tables}
     try:
-        maintainer = GroupMaintainer(group_sql(plan), tuple(layouts), tables, plan.name, batched)
+        maintainer = GroupMaintainer(
+            group_sql(plan), tuple(layouts), tables, plan.name, batched, plan.functions
+        )
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]

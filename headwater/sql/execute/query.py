@@ -26,6 +26,7 @@ from headwater.sql.execute.local import (
 from headwater.sql.maintain.batch import BatchQuery
 from headwater.sql.parse.dialect import Headwater, parse_query
 from headwater.sql.plan.catalog import Catalog, Table, as_replay
+from headwater.sql.plan.functions import Functions, function_set
 from headwater.sql.plan.planner import QueryPlan, analyze
 from headwater.sql.plan.proctime import with_processing_time
 from headwater.sql.plan.quality import QualityQuery
@@ -63,12 +64,16 @@ class SqlQuery:
     a processing time."""
 
     def __init__(
-        self, query: str | exp.Expression, tables: Mapping[str, Any], name: str = "query"
+        self,
+        query: str | exp.Expression,
+        tables: Mapping[str, Any],
+        name: str = "query",
+        functions: Functions = None,
     ) -> None:
         catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
         tree = parse_query(query) if isinstance(query, str) else query
         tree, self.catalog = with_processing_time(tree, catalog)
-        self.plan: QueryPlan = analyze(tree, self.catalog, name)
+        self.plan: QueryPlan = analyze(tree, self.catalog, name, function_set(functions))
         validate(self.plan)
         self._runs: dict[int | None, SqlRun] = {}
 

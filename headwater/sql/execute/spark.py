@@ -65,6 +65,7 @@ from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
+from headwater.sql.plan.functions import Functions, function_error, register_spark
 from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -123,8 +124,15 @@ def _with_null_event_times(run: SqlRun, sql: SqlPlan, as_of: int | None) -> SqlR
 class SparkSqlQuery(SqlQuery):
     """A query on Spark: native batch plans for tables, the streaming runner for streams."""
 
-    def __init__(self, text: str, tables: Mapping[str, Any], name: str = "query", spark=None):
-        super().__init__(text, tables, name)
+    def __init__(
+        self,
+        text: str,
+        tables: Mapping[str, Any],
+        name: str = "query",
+        functions: Functions = None,
+        spark=None,
+    ):
+        super().__init__(text, tables, name, functions)
         self.spark = spark or spark_session()
 
     def _frames(self):
@@ -150,6 +158,7 @@ class SparkSqlQuery(SqlQuery):
         from pyspark.errors import AnalysisException
 
         text = to_engine_sql(self.plan.query, "spark", columns_of(self.plan))
+        register_spark(self.spark, self.plan.functions)
         try:
             return self.spark.sql(text)
         except AnalysisException as exc:
@@ -170,9 +179,15 @@ class SparkSqlQuery(SqlQuery):
         return self.bounded()
 
     def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:
-        if not self.plan.is_stream:
-            return self.bounded().toPandas()
-        return super().to_pandas(as_of)
+        try:
+            if not self.plan.is_stream:
+                return self.bounded().toPandas()
+            return super().to_pandas(as_of)
+        except Exception as exc:  # Spark's (a worker's traceback): a user function's?
+            error = function_error(str(exc))
+            if error is None:
+                raise
+            raise error from None
 
     def _stream_run(self, as_of: int | None) -> SqlRun:
         """The replay through the Spark streaming runner (corrections, when a

@@ -31,6 +31,7 @@ from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, 
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer
+from headwater.sql.plan.functions import ScalarFunction, function_error, register_duckdb
 from headwater.sql.plan.translate import GROUP_RELATION
 
 #: Union input columns every stream row carries besides its own.
@@ -104,7 +105,8 @@ class GroupMaintainer:
 
     ``batched``: evaluate the groups of a step by one query when the query's
     shape allows (:attr:`batch` holds the batched query or why not); False
-    evaluates every group by its own query (the benchmarks' baseline)."""
+    evaluates every group by its own query (the benchmarks' baseline).
+    ``functions``: the user functions the query calls."""
 
     def __init__(
         self,
@@ -113,11 +115,13 @@ class GroupMaintainer:
         tables: dict[str, pd.DataFrame],
         name: str,
         batched: bool = True,
+        functions: tuple[ScalarFunction, ...] = (),
     ) -> None:
         self.text = text
         self.streams = streams
         self.tables = tables
         self.name = name
+        self.functions = functions
         self._con: duckdb.DuckDBPyConnection | None = None
         self.columns: list[str] = []
         self.types: dict[str, object] = {}
@@ -214,7 +218,7 @@ class GroupMaintainer:
             frame = self._frame(layout, flat, mask)
             frames[layout.name] = frame.append_column(GID, pa.array(gid[mask]))
         starts, ends = fired["__gs"].to_numpy(np.int64), fired["__ge"].to_numpy(np.int64)
-        out = self._relation(batch.text, frames, starts, ends).df()
+        out = self._df(self._relation(batch.text, frames, starts, ends))
         at = out.pop(GID).to_numpy(np.int64)
         groups = fired.iloc[at].reset_index(drop=True)
         return pd.concat([groups, out.reset_index(drop=True)], axis=1)
@@ -225,7 +229,7 @@ class GroupMaintainer:
         source = np.asarray(pane[SOURCE], dtype=np.int64)
         values = {u: np.asarray(pane[u], dtype=object) for s in self.streams for u in s.union}
         frames = {s.name: self._frame(s, values, source == i) for i, s in enumerate(self.streams)}
-        out = self._relation(self.text, frames, np.array([start]), np.array([end])).df()
+        out = self._df(self._relation(self.text, frames, np.array([start]), np.array([end])))
         out.insert(0, "__ge", end)
         out.insert(0, "__gs", start)
         out.insert(0, "__gk", key)
@@ -268,9 +272,19 @@ class GroupMaintainer:
         except duckdb.Error as exc:
             raise SqlError(f"query {self.name}: {str(exc).splitlines()[0]}") from None
 
+    def _df(self, relation: duckdb.DuckDBPyRelation) -> pd.DataFrame:
+        """The rows of ``relation``; a user function's failure as its FunctionError."""
+        try:
+            return relation.df()
+        except duckdb.Error as exc:
+            raise function_error(str(exc)) or SqlError(
+                f"query {self.name}: {str(exc).splitlines()[0]}"
+            ) from None
+
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
             self._con = duckdb.connect()
+            register_duckdb(self._con, self.functions)
             for name, frame in self.tables.items():
                 self._con.register(name, frame)
         return self._con

@@ -107,8 +107,8 @@ _EMIT_HINT = (
     "EMIT comes last, after ORDER BY and LIMIT"
 )
 _SCRIPT_HINT = (
-    "A script holds SELECT queries, CREATE TABLE, CREATE VIEW ... AS SELECT "
-    "and INSERT INTO ... SELECT"
+    "A script holds SELECT queries, CREATE TABLE, CREATE VIEW ... AS SELECT, "
+    "CREATE FUNCTION ... LANGUAGE PYTHON and INSERT INTO ... SELECT"
 )
 
 
@@ -713,7 +713,7 @@ def _token_error(error: TokenError, text: str) -> SqlError:
 def _check_statement(statement: exp.Expr) -> None:
     """Only what headwater runs; a windowing TVF only where a table goes."""
     query = statement.expression if isinstance(statement, exp.Insert) else statement
-    create_table = isinstance(statement, exp.Create) and statement.kind == "TABLE"
+    create_table = isinstance(statement, exp.Create) and statement.kind in ("TABLE", "FUNCTION")
     create_view = (
         isinstance(statement, exp.Create)
         and statement.kind == "VIEW"

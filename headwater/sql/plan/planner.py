@@ -13,6 +13,7 @@ group) in a global window: nothing is late, state grows with the key's values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,6 +33,7 @@ from headwater.sql.errors import SqlError
 from headwater.sql.parse.dialect import WindowTVF, position
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.emit import Materialization
+from headwater.sql.plan.functions import ScalarFunction, called
 from headwater.sql.plan.keys import (
     WINDOW_COLUMNS,
     KeyKind,
@@ -59,6 +61,8 @@ class QueryPlan:
     streams: tuple[Table, ...]
     tables: tuple[Table, ...]
     allowed_lateness: int
+    #: The user functions the query calls.
+    functions: tuple[ScalarFunction, ...] = ()
 
     def windowing(self) -> WindowingStrategy:
         """The model's windowing of the query's event-time groups: its window, the
@@ -109,9 +113,15 @@ def _table_refs(query: exp.Expression) -> list[exp.Table]:
     return [t for t in query.find_all(exp.Table) if t.name and t.name.lower() not in ctes]
 
 
-def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> QueryPlan:
+def analyze(
+    query: exp.Expression,
+    catalog: Catalog,
+    name: str = "query",
+    functions: Mapping[str, ScalarFunction] | None = None,
+) -> QueryPlan:
     """Resolve ``query``'s tables and windowing against ``catalog``; SqlError if
-    it cannot run (with the position of the offending token)."""
+    it cannot run (with the position of the offending token). ``functions``: the
+    user functions by lower-case name."""
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
     windowing: tuple[WindowFn, tuple[str, ...]] | None = None
@@ -157,6 +167,7 @@ def analyze(query: exp.Expression, catalog: Catalog, name: str = "query") -> Que
         streams=streams,
         tables=tables,
         allowed_lateness=max((t.allowed_lateness for t in streams), default=0),
+        functions=called(query, functions or {}),
     )
 
 

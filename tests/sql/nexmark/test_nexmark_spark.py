@@ -37,8 +37,8 @@ def nexmark_spark_runs(spark, tmp_path_factory) -> dict:
     queries = {n: insert_query(n, data) for n in RUNS}
 
     def job(name):
-        query, tables = queries[name]
-        return lambda: SparkSqlQuery(query, tables, name=name, spark=spark).run(None)
+        query, tables, functions = queries[name]
+        return lambda: SparkSqlQuery(query, tables, name, functions, spark=spark).run(None)
 
     runs = spark_runs(spark, {n: job(n) for n in RUNS}, workers=4)
     return {n: (runs[n], queries[n]) for n in RUNS}
@@ -47,9 +47,9 @@ def nexmark_spark_runs(spark, tmp_path_factory) -> dict:
 @pytest.mark.spark
 @pytest.mark.parametrize("name", RUNS)
 def test_spark_changelog_equals_local(nexmark_spark_runs, name: str) -> None:
-    runs, (query, tables) = nexmark_spark_runs, nexmark_spark_runs[name][1]
+    runs, (query, tables, functions) = nexmark_spark_runs, nexmark_spark_runs[name][1]
     spark_run = result({name: runs[name][0]}, name)
-    local = sql(query, tables).run(None)
+    local = sql(query, tables, functions=functions).run(None)
     # q2 keeps the auctions whose id is a multiple of 123: none of this stream's ~20
     if name != "q2":
         assert len(local.changelog), f"{name}: no changes; the stream is too small"

@@ -1,6 +1,7 @@
 -- The Flink NEXMark query text (nexmark/nexmark, nexmark-flink/src/main/resources/
 -- queries/q14.sql) with only its connector clauses replaced by headwater's: the sink
--- is a table kept in DuckDB (${SINK}); the sources are declared in ddl.sql.
+-- is a table kept in DuckDB (${SINK}); the sources are declared in ddl.sql; the Java
+-- function CountChar is headwater's Python count_char.
 -- -------------------------------------------------------------------------------------------------
 -- Query 14: Calculation (Not in original suite)
 -- -------------------------------------------------------------------------------------------------
@@ -8,7 +9,7 @@
 -- Illustrates duplicate expressions and usage of user-defined-functions.
 -- -------------------------------------------------------------------------------------------------
 
-CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar';
+CREATE FUNCTION count_char AS 'headwater.sql.nexmark_udfs.count_char' LANGUAGE PYTHON;
 
 CREATE TABLE nexmark_q14 (
     auction BIGINT,
