@@ -147,8 +147,17 @@ def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[s
         list(run_script(script(name, args, data, sink), runner=args.runner, **options))
     except SqlError as exc:
         return {"status": "refused", "reason": str(exc).splitlines()[0]}
+    except Exception as exc:  # noqa: BLE001 - reported in the table; the next queries run
+        return failed(exc)
     seconds = time.perf_counter() - started
     return _timed(seconds, total, CORES[args.runner], sink_rows(sink, name))
+
+
+def failed(exc: Exception) -> dict[str, Any]:
+    """A run that raised (e.g. Spark's StreamingQueryException when a Python worker did
+    not connect back in time): its status, with the exception's first line."""
+    lines = str(exc).strip().splitlines() or [""]
+    return {"status": "failed", "reason": f"{type(exc).__name__}: {lines[0]}"}
 
 
 def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]:
