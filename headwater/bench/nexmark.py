@@ -141,13 +141,23 @@ def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[s
     options: dict[str, Any] = {}
     if args.runner == "spark":
         options["checkpoint"] = str(work / f"checkpoint-{name}")
+        started_session()
     started = time.perf_counter()
     try:
         list(run_script(script(name, args, data, sink), runner=args.runner, **options))
     except SqlError as exc:
         return {"status": "refused", "reason": str(exc).splitlines()[0]}
+    except Exception as exc:  # noqa: BLE001 - reported in the table; the next queries run
+        return failed(exc)
     seconds = time.perf_counter() - started
     return _timed(seconds, total, CORES[args.runner], sink_rows(sink, name))
+
+
+def failed(exc: Exception) -> dict[str, Any]:
+    """A run that raised (e.g. Spark's StreamingQueryException when a Python worker did
+    not connect back in time): its status, with the exception's first line."""
+    lines = str(exc).strip().splitlines() or [""]
+    return {"status": "failed", "reason": f"{type(exc).__name__}: {lines[0]}"}
 
 
 def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]:
@@ -159,13 +169,22 @@ def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]
     }
 
 
+def started_session() -> Any:
+    """The SparkSession, started and its workers checked before the clock (as for Spark's
+    own queries): the first query timed does not pay them."""
+    from headwater.runners.spark.session import check_workers
+    from headwater.runners.spark.timeline import spark_session
+
+    spark = spark_session()
+    check_workers(spark)
+    return spark
+
+
 def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
     """Spark's own Structured Streaming query (availableNow): rows counted per batch
     (append), or the last batch's (complete: the final table)."""
-    from headwater.runners.spark.timeline import spark_session
-
     counted: list[int] = []
-    spark = spark_session()  # started before the clock: the first query does not pay it
+    spark = started_session()
     started = time.perf_counter()
     mode = nexmark_spark.run(
         spark,

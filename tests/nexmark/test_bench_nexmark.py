@@ -35,6 +35,29 @@ def test_harness_reports_runs_and_refusals(capsys, tmp_path):
     assert "| q6 | refused: " in table and f"| q2 | ran: {expected} rows, " in table
 
 
+def test_a_query_that_fails_is_reported_and_the_next_runs(capsys, tmp_path, monkeypatch):
+    """An exception from inside a run (e.g. Spark's when a Python worker did not connect
+    back) is the query's status, not the end of the benchmark."""
+    from headwater.bench import nexmark
+
+    real = nexmark.run_script
+
+    def flaky(text, **options):
+        if "nexmark_q0" in text:
+            raise RuntimeError("Python worker failed to connect back.\njava stack")
+        return real(text, **options)
+
+    monkeypatch.setattr(nexmark, "run_script", flaky)
+    argv = ["--queries", "q0,q2", "--events", "300", "--json", "--workdir", str(tmp_path)]
+    assert main(argv) == 0
+    queries = json.loads(capsys.readouterr().out)["queries"]
+    assert queries["q0"]["headwater"] == {
+        "status": "failed",
+        "reason": "RuntimeError: Python worker failed to connect back.",
+    }
+    assert queries["q2"]["headwater"]["status"] == "ran"
+
+
 def test_unknown_query(capsys):
     assert main(["--queries", "q99", "--events", "10"]) == 2
     assert "unknown queries" in capsys.readouterr().err
