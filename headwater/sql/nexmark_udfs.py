@@ -23,7 +23,8 @@ def count_char(text: pd.Series, char: pd.Series) -> pd.Series:
     first = char.str[:1]
     out = np.zeros(len(text), dtype=np.int64)
     for c in first.dropna().unique():
+        if not c:
+            continue  # an empty char occurs nowhere: 0
         rows = (first == c).to_numpy()
-        counts = text[rows].str.count(re.escape(c)) if c else 0
-        out[rows] = pd.Series(counts).fillna(0).to_numpy(np.int64) if c else 0
+        out[rows] = text[rows].str.count(re.escape(c)).fillna(0).to_numpy(np.int64)
     return pd.Series(out)

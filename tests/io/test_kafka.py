@@ -55,6 +55,21 @@ def _event(user: str, ms: int, score: int) -> str:
     return json.dumps({"user": user, "score": score, "ts": _ts(ms)})
 
 
+def _raw_records(values: list) -> pd.DataFrame:
+    """Records of partition 0 of topic ``t`` as the local reader gives them, one per
+    value, at offsets 0, 1, ..."""
+    return pd.DataFrame(
+        {
+            "kafka_topic": "t",
+            "kafka_partition": 0,
+            "kafka_offset": range(len(values)),
+            "kafka_timestamp": 0,
+            "kafka_key": None,
+            "kafka_value": pd.Series(values, dtype=object),
+        }
+    )
+
+
 #: The raw values of each phase. Fixed 10 s windows, watermark 2 s behind, 8 s
 #: lateness. Phase 1: watermark 116 s: [100, 110) fires on time. Phase 2: a@103 s
 #: is late but within lateness (a late pane, retracting the on-time one), a@95 s
@@ -314,16 +329,7 @@ def test_decode_rules():
         json.dumps({"user": "a", "score": 1, "ts": "yesterday"}),
         "42",
     ]
-    raw = pd.DataFrame(
-        {
-            "kafka_topic": "t",
-            "kafka_partition": 0,
-            "kafka_offset": range(len(values)),
-            "kafka_timestamp": 0,
-            "kafka_key": None,
-            "kafka_value": values,
-        }
-    )
+    raw = _raw_records(values)
     records, rejects = decode_pandas(raw, source)
     assert records["user"].tolist() == ["a", "7", "a"]  # a string takes any JSON value
     assert records["score"].tolist()[:2] == [1, 1] and pd.isna(records["score"].iloc[2])
@@ -613,16 +619,7 @@ def test_avro_decode_rules():
 
     good = enc(1.5, 2_000_000)
     values = [b"\xff", good, b"zz", b"\x01", good[:-1], None, enc(2.5, None), good, b""]
-    raw = pd.DataFrame(
-        {
-            "kafka_topic": "t",
-            "kafka_partition": 0,
-            "kafka_offset": range(len(values)),
-            "kafka_timestamp": 0,
-            "kafka_key": None,
-            "kafka_value": pd.Series(values, dtype=object),
-        }
-    )
+    raw = _raw_records(values)
     source = KafkaSource(
         "t",
         "u",
