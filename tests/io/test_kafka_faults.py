@@ -259,6 +259,16 @@ def _wait_for(condition, timeout: float, query) -> bool:
     return False
 
 
+def _both_sinks(delta: DeltaSink, upserts: str, address: str) -> list[tuple] | None:
+    """The rows both sinks hold, when they agree (else None).
+
+    A batch writes Delta first and the topic second: a test that stopped the
+    query once Delta was complete could cut the batch's topic write short.
+    """
+    rows = _rows(delta.read())
+    return rows if _rows(read_upserts(upserts, address)) == rows else None
+
+
 def test_broker_restart_mid_stream(spark, broker, tmp_path):
     address = broker.start()
     topic, upserts = _topic(address), _topic(address)
@@ -279,14 +289,14 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
     )
     try:
         expected = _bounded(first)
-        assert _wait_for(lambda: _rows(delta.read()) == expected, 180, query)
+        assert _wait_for(lambda: _both_sinks(delta, upserts, address) == expected, 180, query)
 
         broker.stop()  # while the query polls the topic
         time.sleep(3)
         broker.start()  # the same port and log directory: the same topics, offsets
         _produce(address, topic, second)
         expected = _bounded(pd.concat([first, second], ignore_index=True))
-        converged = _wait_for(lambda: _rows(delta.read()) == expected, 180, query)
+        converged = _wait_for(lambda: _both_sinks(delta, upserts, address) == expected, 180, query)
         error = query.exception()
     finally:
         query.stop()
