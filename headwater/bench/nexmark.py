@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from headwater.bench import HelpFormatter
+from headwater.bench import HelpFormatter, latency
 from headwater.bench.baselines import nexmark_spark
 from headwater.bench.baselines.nexmark_flink import flink_entries
 from headwater.bench.baselines.nexmark_spark import NATIVE_MISSING
@@ -85,6 +86,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--query-dir", default=str(QUERY_DIR), help="where qN.sql and ddl.sql are")
     p.add_argument(
         "--workdir", default=None, help="data, sinks, checkpoints (None: a temporary directory)"
+    )
+    p.add_argument(
+        "--latency",
+        action="store_true",
+        help="feed the events at --rate events/s of wall-clock time to long-running queries"
+        " (--runner spark; headwater and spark) and report the latency from an event's"
+        " arrival to the commit of the micro-batch that read it (headwater.bench.latency)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -199,6 +207,142 @@ def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
     return _timed(time.perf_counter() - started, total, CORES["spark"], rows)
 
 
+def latency_headwater(name: str, args, plan: latency.Feed, work: Path) -> dict[str, Any]:
+    """headwater's query, long-running on Spark over the fed files."""
+    spark = started_session()
+    live = work / f"live-headwater-{name}"
+    latency.live_directory(plan, live)
+    sink, root = work / f"{name}-latency.duckdb", work / f"latency-checkpoint-{name}"
+    text = script(name, args, live, sink)
+    errors: list[Exception] = []
+
+    def run() -> None:
+        try:
+            list(run_script(text, runner="spark", checkpoint=str(root), follow=True))
+        except Exception as exc:  # noqa: BLE001 - reported as the query's status
+            errors.append(exc)
+
+    runner = threading.Thread(target=run, name=f"headwater-{name}", daemon=True)
+    runner.start()
+    query = latency.active_query(spark, runner)
+    if query is None:
+        runner.join()
+        if errors and isinstance(errors[0], SqlError):
+            return {"status": "refused", "reason": str(errors[0]).splitlines()[0]}
+        return failed(errors[0] if errors else RuntimeError("no streaming query started"))
+    try:
+        measured = latency.measure(spark, query, plan, live, root)
+    except RuntimeError as exc:
+        return failed(exc)
+    finally:
+        runner.join(60)
+    if errors:
+        return failed(errors[0])
+    return measured.report(plan, sink_rows(sink, name))
+
+
+def latency_native(name: str, plan: latency.Feed, work: Path) -> dict[str, Any]:
+    """Spark's own query, long-running over the fed files; its sink brings each
+    micro-batch's rows to the driver, as headwater's does."""
+    spark = started_session()
+    live = work / f"live-spark-{name}"
+    latency.live_directory(plan, live)
+    counted: list[int] = []
+    root = work / f"native-latency-checkpoint-{name}"
+    started = nexmark_spark.start(
+        spark, name, live, root, lambda df: counted.append(len(df.toPandas())), trigger={}
+    )
+    if started is None:
+        return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
+    query, mode = started
+    try:
+        measured = latency.measure(spark, query, plan, live, root)
+    except RuntimeError as exc:
+        return failed(exc)
+    rows = counted[-1] if mode == "complete" and counted else sum(counted)
+    return measured.report(plan, rows)
+
+
+def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
+    """The latency run (``--latency``): each query on each engine over the fed files."""
+    if args.runner != "spark":
+        raise ValueError("--latency runs on Spark: pass --runner spark")
+    out = sys.stderr if args.json else sys.stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        config = NexmarkConfig(
+            events=args.events,
+            seed=args.seed,
+            first_event_rate=args.rate,
+            out_of_order_ms=args.out_of_order_ms,
+        )
+        events = generate(config)
+        plan = latency.stage(events, work, args.rate, args.events_per_file)
+        result: dict[str, Any] = {
+            "mode": "latency",
+            "events": events.events,
+            "rate": args.rate,
+            "runner": args.runner,
+            "engines": engines,
+            "config": vars(args),
+            "queries": {name: {} for name in names},
+        }
+        for name in names:
+            entry = result["queries"][name]
+            for engine in engines:
+                if engine == "headwater":
+                    entry[engine] = latency_headwater(name, args, plan, work)
+                elif engine == "spark":
+                    entry[engine] = latency_native(name, plan, work)
+                else:
+                    entry[engine] = {"status": "not measured", "reason": "Spark engines only"}
+            print(latency_progress(name, entry), file=out, flush=True)
+    return result
+
+
+def latency_progress(name: str, entry: dict[str, Any]) -> str:
+    parts = []
+    for engine, r in entry.items():
+        if r["status"] == "ran":
+            parts.append(
+                f"{engine}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
+                f"{r['batches']} batches of median {_ms(r['batch_median_ms'])} ms"
+            )
+        else:
+            parts.append(f"{engine}: {r['status']} ({r['reason']})")
+    return f"{name}: " + "; ".join(parts)
+
+
+def latency_cell(r: dict[str, Any]) -> str:
+    if r["status"] != "ran":
+        return f"{r['status']}: {r['reason'].replace('|', '/')}"
+    median = _ms(r["batch_median_ms"])
+    return f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} ({r['batches']}, {median})"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def latency_markdown(result: dict[str, Any]) -> str:
+    """Per query and engine: p50 / p99 latency and the micro-batches' median duration."""
+    engines = result["engines"]
+    header = ["query"] + [f"{e}: p50 / p99 ms (batches, median ms)" for e in engines]
+    both = "headwater" in engines and "spark" in engines
+    header += ["p99 headwater/spark"] if both else []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in result["queries"].items():
+        cells = [name]
+        cells += [latency_cell(entry[e]) for e in engines]
+        if both:
+            mine, theirs = entry["headwater"], entry["spark"]
+            ran = mine["status"] == theirs["status"] == "ran"
+            cells.append(f"{mine['p99_ms'] / theirs['p99_ms']:.2f}" if ran else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def engines_of(args) -> list[str]:
     if args.engines is None:
         return ["headwater"] + (["spark"] if args.runner == "spark" else [])
@@ -215,6 +359,8 @@ def bench(args) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown queries {unknown}; choose from q0..q23")
     engines = engines_of(args)
+    if args.latency:
+        return bench_latency(args, names, engines)
     out = sys.stderr if args.json else sys.stdout
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.workdir or tmp)
@@ -303,5 +449,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"headwater bench nexmark: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2) if args.json else markdown(result))
+    table = latency_markdown if args.latency else markdown
+    print(json.dumps(result, indent=2) if args.json else table(result))
     return 0

@@ -6,10 +6,11 @@ import json
 import os
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 from headwater.bench.baselines.nexmark_flink import flink_python
-from headwater.bench.nexmark import main, markdown
+from headwater.bench.nexmark import latency_markdown, main, markdown
 from headwater.nexmark import NexmarkConfig, generate
 
 
@@ -115,3 +116,27 @@ def test_harness_against_flink(capsys, tmp_path):
     assert q14["status"] == "failed" and "CountChar" in q14["reason"]
     assert "q2: flink: " in captured.err and "equal to headwater's" in captured.err
     assert "| headwater/flink |" in markdown(result)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_latency_mode_on_spark(spark, capsys, tmp_path):
+    """Files fed at a rate to long-running queries: every fed event's latency comes
+    from the checkpoint (its file's micro-batch committed), on both engines."""
+    argv = ["--queries", "q0,q6", "--events", "400", "--rate", "400", "--latency", "--json"]
+    rc = main([*argv, "--events-per-file", "40", "--runner", "spark", "--workdir", str(tmp_path)])
+    assert rc == 0
+    result = json.loads(capsys.readouterr().out)
+    q0 = result["queries"]["q0"]
+    config = NexmarkConfig(events=400, seed=0, first_event_rate=400, out_of_order_ms=2000)
+    bids = generate(config).tables["bid"].num_rows
+    first = pq.read_metadata(tmp_path / "staged" / "bid" / "part-00000.parquet").num_rows
+    for engine in ("headwater", "spark"):
+        r = q0[engine]
+        assert r["status"] == "ran", r
+        # every bid arrived after the start has a latency; every bid is an output row
+        assert r["events"] == bids - first and r["rows"] == bids
+        assert 0 < r["p50_ms"] <= r["p99_ms"]
+    assert result["queries"]["q6"]["headwater"]["status"] == "refused"
+    assert result["queries"]["q6"]["spark"]["status"] == "not written"
+    assert "| q0 | " in latency_markdown(result)

@@ -334,20 +334,42 @@ def run(
 ) -> str | None:
     """Run the query to the end of the files (availableNow), ``each_batch(df)`` per
     micro-batch; its output mode, or None when no native query is written."""
+    started = start(spark, name, data, checkpoint, each_batch, files_per_batch)
+    if started is None:
+        return None
+    query, mode = started
+    query.awaitTermination()
+    return mode
+
+
+def start(
+    spark,
+    name: str,
+    data: Path,
+    checkpoint: Path,
+    each_batch: Callable,
+    files_per_batch: int | None = None,
+    trigger: dict[str, Any] | None = None,
+) -> tuple[Any, str] | None:
+    """Start the query, ``each_batch(df)`` per micro-batch: ``(the streaming query,
+    its output mode)``, or None when no native query is written. With the default
+    ``availableNow`` trigger the files end with the end-of-stream markers; with
+    another (a long-running query, ``{}``: Spark's default) the windows close as
+    the watermark passes them."""
     from pyspark.sql import functions as F
 
     if name not in WRITTEN:
         return None
     query = native_queries(F)[name]
-    if query.windowed:
+    trigger = {"availableNow": True} if trigger is None else trigger
+    if query.windowed and trigger.get("availableNow"):
         write_end_of_stream(data)
-    started = (
+    writer = (
         query.plan(streams(spark, data, files_per_batch, query.windowed))
         .writeStream.outputMode(query.mode)
         .foreachBatch(lambda df, _: each_batch(df))
         .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
-    started.awaitTermination()
-    return query.mode
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.start(), query.mode
