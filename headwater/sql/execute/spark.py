@@ -63,6 +63,7 @@ from headwater.sql.execute.query import SqlQuery
 from headwater.sql.execute.spark_collect import collect_to_end
 from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
+from headwater.sql.parse.ddl import interval_sql
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.plan.functions import Functions, function_error, register_spark
@@ -498,9 +499,9 @@ def _refuse_state_ttl(plan: QueryPlan) -> None:
         return
     groups = plan.query.args.get("group") if isinstance(plan.query, exp.Select) else None
     raise SqlError(
-        f"query {plan.name}: 'state.ttl' ({plan.key.describe()}) is not supported on the "
-        "Spark runner yet: its shards would keep every key's state, a silent difference "
-        "from the local runner",
+        f"query {plan.name}: 'state.ttl' = {interval_sql(plan.key.expiring)} is not "
+        "supported on the Spark runner yet: its shards would keep every key's state, a "
+        "silent difference from the local runner",
         *position(groups or plan.query),
         "Run it with runner='local' (headwater sql --runner local), or drop 'state.ttl' "
         "(state_ttl=, --state-ttl) to keep every key's state on Spark",
