@@ -290,6 +290,29 @@ class Reducer:
             times.append(c["end"][eow])
         return int(np.concatenate(times).min())
 
+    def forget(self, keys: np.ndarray) -> None:
+        """Drop every window of ``keys`` and the keys themselves (a state time-to-live:
+        a later element of such a key starts afresh). One mask over the table, then
+        the key dictionary is compacted to the live keys, so that the state held is
+        that of the keys kept, not of every key ever seen."""
+        table = self._table
+        codes = table.keys.get_indexer(pd.Index(np.asarray(keys, dtype=object)))
+        codes = codes[codes >= 0]
+        if not len(codes):
+            return
+        table.keep(~np.isin(table.cols["key"], codes))
+        live = np.unique(table.cols["key"])
+        queue = self._queue.frame
+        if len(queue):
+            live = np.union1d(live, queue["owner_key"].to_numpy(np.int64))
+        remap = np.full(len(table.keys), -1, dtype=np.int64)
+        remap[live] = np.arange(len(live))
+        table.cols["key"] = remap[table.cols["key"]]
+        if len(queue):
+            for column in ("owner_key", "key"):
+                queue[column] = remap[queue[column].to_numpy(np.int64)]
+        table.keys = table.keys[live]
+
     # ------------------------------------------------------------ snapshots
     def snapshot(self) -> bytes:
         """Serialize the whole state (for Spark's state store or a checkpoint) in

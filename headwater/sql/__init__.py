@@ -31,6 +31,7 @@ def sql(
     name: str = "query",
     runner="local",
     functions=None,
+    state_ttl=None,
 ):
     """Bind ``query`` to ``tables`` (name -> pandas/Spark DataFrame, an
     ``hw.from_pandas``/``hw.from_spark`` source, or :func:`read_replay`).
@@ -38,11 +39,13 @@ def sql(
     ``runner``: ``"local"`` (DuckDB and the model in this process) or
     ``"spark"`` (native Spark batch plans; Structured Streaming for streams).
     ``functions``: the Python functions the query calls (:func:`function`; a
-    list, or a mapping name -> function). Returns an :class:`~headwater.sql.execute.query.SqlQuery`.
+    list, or a mapping name -> function). ``state_ttl``: drop a key's state once
+    no row of it arrived for this long (``"1 hour"``; docs/sql.md, "State
+    time-to-live"). Returns an :class:`~headwater.sql.execute.query.SqlQuery`.
     """
     from headwater.sql.bind import bind
 
-    return bind(query, tables, name=name, runner=runner, functions=functions)
+    return bind(query, tables, name=name, runner=runner, functions=functions, state_ttl=state_ttl)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,16 +15,18 @@ def bind(
     name: str = "query",
     runner="local",
     functions=None,
+    state_ttl=None,
 ):
     """A :class:`~headwater.sql.execute.query.SqlQuery` of ``query`` (text or parsed) over
     ``tables`` on ``runner`` (``"local"`` or ``"spark"``), calling ``functions``
-    (:class:`~headwater.sql.plan.functions.ScalarFunction`, a list or by name)."""
+    (:class:`~headwater.sql.plan.functions.ScalarFunction`, a list or by name);
+    ``state_ttl``: the query's state time-to-live (:mod:`headwater.sql.plan.ttl`)."""
     if runner == "spark":
         from headwater.sql.execute.spark import SparkSqlQuery
 
-        return SparkSqlQuery(query, tables or {}, name, functions)
+        return SparkSqlQuery(query, tables or {}, name, functions, state_ttl=state_ttl)
     if runner != "local":
         raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
     from headwater.sql.execute.query import SqlQuery
 
-    return SqlQuery(query, tables or {}, name, functions)
+    return SqlQuery(query, tables or {}, name, functions, state_ttl=state_ttl)

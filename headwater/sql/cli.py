@@ -73,6 +73,13 @@ def parser() -> argparse.ArgumentParser:
         help="a Python function the queries call as NAME (a headwater.sql.function; repeatable)",
     )
     p.add_argument(
+        "--state-ttl",
+        metavar="DURATION",
+        help="drop a key's state once no row of it arrived for DURATION of processing "
+        "time, e.g. '1 hour' (queries whose state grows with their key's values; none: "
+        "keep it)",
+    )
+    p.add_argument(
         "--runner",
         choices=("local", "spark"),
         default="local",
@@ -179,15 +186,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)  # --help exits here, before the heavy imports
     from headwater.sql.errors import SqlError
     from headwater.sql.execute.replay import millis
+    from headwater.sql.parse.ddl import state_ttl_ms
 
     try:
         as_of = None if args.as_of is None else millis(args.as_of, "--as-of")
+        ttl = args.state_ttl
+        if ttl is not None:
+            state_ttl_ms(ttl, "--state-ttl")  # refused naming the flag, before anything runs
         if args.file:
             from headwater.sql.script import run_script
 
             with open(args.file, encoding="utf-8") as fh:
                 text = fh.read()
-            options = {"checkpoint": args.checkpoint, "follow": args.follow, "as_of": as_of}
+            options = {
+                "checkpoint": args.checkpoint,
+                "follow": args.follow,
+                "as_of": as_of,
+                "state_ttl": ttl,
+            }
             letters = ScriptDeadLetters(args.dead_letters)
             scripted = run_script(
                 text,
@@ -205,7 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SqlError("give a query, or a script with -f FILE")
         from headwater.sql.bind import bind
 
-        query = bind(args.query, _tables(args), runner=args.runner, functions=_functions(args))
+        query = bind(
+            args.query,
+            _tables(args),
+            runner=args.runner,
+            functions=_functions(args),
+            state_ttl=ttl,
+        )
         sys.stdout.write(render(query.to_pandas(as_of), args.format))
         _report_dead_letters(query.dead_letters(as_of), args.dead_letters)
         return 0

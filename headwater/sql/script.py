@@ -64,8 +64,10 @@ def run_script(
 ) -> Iterator[pd.DataFrame]:
     """Run a script's statements in order; yields the result of each plain query.
     ``functions``: Python functions its queries call, with those of its ``CREATE
-    FUNCTION ... LANGUAGE PYTHON``."""
+    FUNCTION ... LANGUAGE PYTHON``; ``options["state_ttl"]``: every query's state
+    time-to-live (:mod:`headwater.sql.plan.ttl`)."""
     tables = dict(tables or {})
+    ttl = options.get("state_ttl")
     known = function_set(functions)
     sinks: dict[str, Any] = {}
     sink_columns: dict[str, list[str]] = {}
@@ -96,11 +98,11 @@ def run_script(
                     "Declare it with CREATE TABLE ... WITH ('format' = 'changelog' | 'table', ...)",
                 )
             select = by_position(statement.expression, sink_columns[target.lower()])
-            query = bind(select, tables, name=target, runner=runner, functions=known)
+            query = bind(select, tables, name=target, runner=runner, functions=known, state_ttl=ttl)
             letters = None if dead_letters is None else dead_letters(query.plan.name)
             query.write(sink, dead_letter_sink=letters, **options)
             continue
-        query = bind(statement, tables, runner=runner, functions=known)
+        query = bind(statement, tables, runner=runner, functions=known, state_ttl=ttl)
         yield query.to_pandas(options.get("as_of"))
         if dead_letters is not None:
             query.write_dead_letters(dead_letters(query.plan.name), options.get("as_of"))

@@ -520,3 +520,18 @@ def test_count_without_input_column_next_to_dropped_elements():
     em = r.add_bundle(["a", "b"], [1_000, 15_000], pd.DataFrame({"x": [1, 2]}))
     assert len(em.dropped) == 1
     assert r.advance_watermark(10**9).panes[["key", "n", "s"]].values.tolist() == [["b", 1, 2]]
+
+
+def test_forget_drops_the_keys_windows_and_their_dictionary_entries():
+    """A state time-to-live: the forgotten keys' accumulated elements are gone (a
+    later element starts afresh), the others' are kept, and the snapshot holds
+    only the live keys."""
+    run = Run(GlobalWindows(), Repeatedly(AfterCount(1)), "accumulating")
+    run.input(1, 2, key="a")
+    run.input(3, key="b")
+    run.r.forget(np.array(["a", "unseen"], dtype=object))
+    assert len(run.r) == 1
+    same(run.input(4, key="a"), P(G, [4], "EARLY", 0, key="a"))
+    same(run.input(5, key="b"), P(G, [3, 5], "EARLY", 1, key="b"))
+    restored = Reducer.restore(run.r.strategy, None, run.r.snapshot())
+    assert len(restored) == 2

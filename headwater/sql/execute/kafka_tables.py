@@ -46,6 +46,7 @@ SOURCE_OPTIONS = frozenset(
         "format",
         "avro.schema",
         "allowed_lateness",
+        "state.ttl",
     }
 )
 SINK_OPTIONS = frozenset(

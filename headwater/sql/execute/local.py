@@ -26,13 +26,14 @@ from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.watermarks import END_OF_INPUT
-from headwater.model.windows import CumulativeWindows, FixedWindows, SlidingWindows
+from headwater.model.windows import CumulativeWindows, FixedWindows, GlobalWindows, SlidingWindows
 from headwater.sql.errors import SqlError, position
 from headwater.sql.execute.aggregate_local import AggregatePlan, try_compile
 from headwater.sql.execute.local_steps import (
     NULL_EVENT_TIME,
     DeadLetterForms,
     StepInput,
+    expiry_times,
     replay,
 )
 from headwater.sql.execute.watermarks import watermark_after_steps
@@ -434,19 +435,34 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
         sql.maintainer,
         forms,
         as_of,
+        state_ttl(sql.query),
     )
     return SqlRun(sql.maintainer.columns, changelog, dead)
+
+
+def state_ttl(plan: QueryPlan) -> int | None:
+    """The time-to-live (ms) of the state of the query's keys: its key's, where the
+    query's groups are keys in a global window (the watermark frees no state)."""
+    return plan.key.expiring if isinstance(plan.window_fn, GlobalWindows) else None
 
 
 def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):
     """The processing times of the steps (up to ``as_of``) and the query's
     watermark after each: the smallest of its streams' watermarks, and the end
-    of time after the last step of the input (when ``as_of`` reaches it)."""
+    of time after the last step of the input (when ``as_of`` reaches it). With a
+    state time-to-live, also the times at which a key's state expires, within
+    the input's span (the replay's processing time ends with its last step)."""
     times = [rows[PTIME].to_numpy(np.int64)]
     times += [
         t.watermarks["ptime"].to_numpy(np.int64) for t in plan.streams if t.watermarks is not None
     ]
     ptimes = np.unique(np.concatenate(times))
+    ttl = state_ttl(plan)
+    if ttl is not None and len(ptimes):
+        touched = ~np.isnan(rows[EVENT_TIME].to_numpy(np.float64))
+        at = rows[PTIME].to_numpy(np.int64)[touched]
+        expiries = expiry_times(rows[KEY].to_numpy(object)[touched], at, ttl)
+        ptimes = np.union1d(ptimes, expiries[expiries <= ptimes[-1]])
     ended = len(ptimes) and (as_of is None or as_of >= ptimes[-1])
     if as_of is not None:
         ptimes = ptimes[ptimes <= as_of]

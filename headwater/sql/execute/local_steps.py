@@ -42,6 +42,55 @@ class DeadLetterForms:
     dropped: Letters
 
 
+class IdleKeys:
+    """When each key's state was last touched (a row of it arrived), to drop the
+    state of the keys idle for a time-to-live (:mod:`headwater.sql.plan.ttl`)."""
+
+    def __init__(self, ttl: int) -> None:
+        self.ttl = ttl
+        self.last = pd.Series(dtype=np.int64)  # by key: the processing time of its last row
+
+    def expired(self, now: int) -> np.ndarray:
+        """The keys idle for the TTL at ``now`` (last touched at or before ``now -
+        ttl``), which are forgotten here."""
+        gone = self.last.to_numpy(np.int64) + self.ttl <= now
+        keys = self.last.index[gone].to_numpy(object)
+        self.last = self.last[~gone]
+        return keys
+
+    def touch(self, keys: np.ndarray, now: int) -> None:
+        """Rows of ``keys`` arrived at ``now``."""
+        fresh = pd.Index(pd.unique(keys))
+        kept = self.last[~self.last.index.isin(fresh)]
+        self.last = pd.concat([kept, pd.Series(now, index=fresh, dtype=np.int64)])
+
+
+def expiry_times(keys: np.ndarray, ptimes: np.ndarray, ttl: int) -> np.ndarray:
+    """The processing times at which a key's state expires: ``ttl`` after a row of
+    the key (``keys[i]`` arrived at ``ptimes[i]``) that no other row of it follows
+    within the TTL. One sort over the rows."""
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    codes = pd.factorize(pd.Series(keys, dtype=object))[0]
+    order = np.lexsort((ptimes, codes))
+    key, at = codes[order], np.asarray(ptimes, np.int64)[order]
+    same = np.r_[key[1:] == key[:-1], False]
+    follows = np.r_[at[1:], 0]
+    idle = ~same | (follows >= at + ttl)
+    return np.unique(at[idle] + ttl)
+
+
+def _expire(idle: IdleKeys | None, reducer: Reducer, maintainer: Any, state: Any, now: int):
+    """The keys idle for the TTL at ``now`` and the changelog withdrawing their
+    results (None: nothing expired), their state dropped from the reducer and the
+    maintainer."""
+    gone = idle.expired(now) if idle is not None else np.zeros(0, object)
+    if not len(gone):
+        return gone, None
+    reducer.forget(gone)
+    return gone, maintainer.forget(state, gone, now)
+
+
 def replay(
     data: StepInput,
     steps: tuple[np.ndarray, np.ndarray],
@@ -49,10 +98,13 @@ def replay(
     maintainer: Any,
     letters: DeadLetterForms,
     as_of: int | None,
+    ttl: int | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The changelog and the dead letters of the run up to ``as_of``. ``steps``:
-    the processing times and the watermark after each."""
+    the processing times and the watermark after each; ``ttl``: the state
+    time-to-live of the keys (ms), checked at each step before its rows."""
     ptimes, marks = steps
+    idle = IdleKeys(ttl) if ttl is not None else None
     rows = data.rows
     state = maintainer.restore(None)
     null = np.isnan(rows[data.event_time].to_numpy(np.float64))
@@ -67,16 +119,24 @@ def replay(
     previous = MIN_TIMESTAMP
     for i, ptime in enumerate(ptimes):  # a step each: the model's processing time
         part = valid.iloc[begin[i] : end[i]]
+        gone, expired = _expire(idle, reducer, maintainer, state, int(ptime))
+        if expired is not None:
+            changes.append(expired)
         bundle = None
         if len(part):
             ts = part[data.event_time].to_numpy(np.float64).astype(np.int64)
             bundle = Bundle(part[data.key].to_numpy(), ts, part[values].reset_index(drop=True))
+            if idle is not None:
+                idle.touch(bundle.keys, int(ptime))
         wm = int(marks[i]) if marks[i] > previous else None
         previous = max(previous, int(marks[i]))
         emission = apply_step(reducer, MicroBatch(bundle, watermark=wm, now=int(ptime)))
         if len(emission.dropped):
             dead.append(letters.dropped(emission.dropped))
         changes.append(maintainer.apply(emission.panes, int(ptime), state))
+        if len(gone):  # expired and not started again in this step
+            again = pd.Index(bundle.keys if bundle is not None else []).unique()
+            maintainer.forget_versions(state, gone[~pd.Index(gone).isin(again)])
         # every step: a group is forgotten at the step its window settles
         maintainer.expire(state, reducer.settled())
     full = [c for c in changes if len(c)]

@@ -24,6 +24,7 @@ from headwater.sql.execute.local import (
     validate,
 )
 from headwater.sql.maintain.batch import BatchQuery
+from headwater.sql.parse.ddl import state_ttl_ms
 from headwater.sql.parse.dialect import Headwater, parse_query
 from headwater.sql.plan.catalog import Catalog, Table, as_replay
 from headwater.sql.plan.functions import Functions, function_set
@@ -69,11 +70,16 @@ class SqlQuery:
         tables: Mapping[str, Any],
         name: str = "query",
         functions: Functions = None,
+        *,
+        state_ttl: Any = None,
     ) -> None:
         catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
         tree = parse_query(query) if isinstance(query, str) else query
         tree, self.catalog = with_processing_time(tree, catalog)
-        self.plan: QueryPlan = analyze(tree, self.catalog, name, function_set(functions))
+        ttl = None if state_ttl is None else state_ttl_ms(state_ttl, "state_ttl")
+        self.plan: QueryPlan = analyze(
+            tree, self.catalog, name, function_set(functions), state_ttl=ttl
+        )
         validate(self.plan)
         self._runs: dict[int | None, SqlRun] = {}
 

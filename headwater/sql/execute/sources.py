@@ -7,7 +7,8 @@ rows and watermarks); parquet, csv and json are files, read here as they are
 ``'allowed_lateness'`` sets a source's allowed lateness (``'5 minutes'``);
 ``'watermark'`` (and ``'slack'``, ``'quality.*'``) its watermark strategy
 (:mod:`headwater.sql.execute.hybrid`); ``'correction.archive'`` (and
-``'correction.gamma'``) corrections of its dead letters (:mod:`headwater.sql.execute.correct`).
+``'correction.gamma'``) corrections of its dead letters (:mod:`headwater.sql.execute.correct`);
+``'state.ttl'`` the time-to-live of the state of its queries' keys (:mod:`headwater.sql.plan.ttl`).
 Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
 ``table`` (the current rows in DuckDB or PostgreSQL, ``'table'`` naming it).
 Kafka tables (``'connector'`` = ``kafka`` / ``upsert-kafka``):
@@ -33,7 +34,7 @@ from headwater.sql.execute.files import FileRead, no_rejects, read_csv, read_jso
 from headwater.sql.execute.hybrid import watermark_option
 from headwater.sql.execute.kafka_tables import is_kafka, kafka_sink, kafka_source
 from headwater.sql.execute.replay import read_replay
-from headwater.sql.parse.ddl import SourceDef
+from headwater.sql.parse.ddl import SourceDef, state_ttl_ms
 from headwater.sql.plan.catalog import Table
 
 SINK_FORMATS = ("changelog", "table")
@@ -58,7 +59,16 @@ def local_source(d: SourceDef) -> Table:
     if strategy is not None:
         table.watermark = strategy
     table.correction = corrections_option(d)
+    table.state_ttl = state_ttl_option(d)
     return table
+
+
+def state_ttl_option(d: SourceDef) -> int | None:
+    """The ``'state.ttl'`` of a source (ms), None when it declares none."""
+    value = d.options.get("state.ttl")
+    if value is None:
+        return None
+    return state_ttl_ms(value, f"table {d.name!r}: option 'state.ttl'", d.line)
 
 
 def _local_table(d: SourceDef) -> Table:

@@ -85,6 +85,24 @@ class Materializer:
         if len(self.versions):
             self.versions = self.versions[self.versions["__ge"].to_numpy(np.int64) > horizon]
 
+    def forget(self, keys: np.ndarray, ptime: int) -> pd.DataFrame:
+        """Withdraw the rows of the groups of ``keys`` at ``ptime`` and forget them
+        (a state time-to-live). Their versions stay until :meth:`forget_versions`:
+        a row of such a key in the same step continues its numbering, so that a
+        consumer ordering by ``ptime, ver`` withdraws before it adds."""
+        if self.last is None or not len(keys):
+            return self._empty()
+        gone = self.last["__gk"].isin(keys).to_numpy(bool)
+        change = self.last[gone].assign(undo=True, ptime=ptime)
+        self.last = self.last[~gone]
+        return self._versioned(change) if len(change) else self._empty()
+
+    def forget_versions(self, keys: np.ndarray) -> None:
+        """Forget the version counters of the groups of ``keys``: a later row of such
+        a key starts a fresh group, numbered from 0 again."""
+        if len(keys):
+            self.versions = self.versions[~self.versions["__gk"].isin(keys).to_numpy(bool)]
+
     def _versioned(self, change: pd.DataFrame) -> pd.DataFrame:
         """Number the rows per group, continuing from the group's previous changes."""
         group = list(GROUP_COLUMNS)

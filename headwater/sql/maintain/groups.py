@@ -180,6 +180,16 @@ class GroupMaintainer:
         if settled > MIN_TIMESTAMP:
             state.expire(int(settled))
 
+    def forget(self, state: Materializer, keys: np.ndarray, now: int) -> pd.DataFrame:
+        """The changelog withdrawing the results of the groups of ``keys`` (their
+        state expired at ``now``), which are then forgotten (but for their version
+        counters: :meth:`forget_versions`, once the step is applied)."""
+        return state.forget(keys, now)
+
+    def forget_versions(self, state: Materializer, keys: np.ndarray) -> None:
+        """Forget the version counters of the groups of ``keys``."""
+        state.forget_versions(keys)
+
     def apply(self, panes: pd.DataFrame, now: int, state: Materializer) -> pd.DataFrame:
         """The changelog of the groups that fired in one step (their last pane
         each), and of the groups merged away (sessions): their rows are withdrawn."""

@@ -178,10 +178,31 @@ def _watermark_delay(column: exp.Column, bound: exp.Expr) -> int:
 #: Options of CREATE TABLE ... WITH (...) (:mod:`headwater.sql.execute.sources`), and the
 #: prefixes of those checked where they are read (:mod:`headwater.sql.execute.hybrid`,
 #: :mod:`headwater.sql.execute.correct`).
-OPTIONS = ("format", "path", "allowed_lateness", "watermark", "slack", "table")
+OPTIONS = ("format", "path", "allowed_lateness", "watermark", "slack", "table", "state.ttl")
 OPTION_PREFIXES = ("quality.", "correction.")
 #: Options that are durations, never negative.
 _DURATIONS = ("allowed_lateness", "slack", "correction.gamma")
+
+
+_TTL_HINT = "Write a positive duration such as '1 hour', '30 minutes' or INTERVAL '1' HOUR"
+
+
+def state_ttl_ms(value: object, what: str, line: int | None = None, col: int | None = None) -> int:
+    """Milliseconds of a state time-to-live ``value`` given as ``what`` (the table
+    option, a keyword, a flag): SqlError naming both unless a positive duration."""
+    try:
+        ms = to_millis(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        message = f"{what}: cannot read {value!r} as a duration"
+        raise SqlError(message, line, col, _TTL_HINT) from None
+    if ms <= 0:
+        raise SqlError(
+            f"{what} must be a positive duration, not {value!r}",
+            line,
+            col,
+            f"{_TTL_HINT}; leave it out to keep every key's state",
+        )
+    return ms
 
 
 def _check_option(prop: exp.Property, key: str, value: str) -> None:
@@ -191,6 +212,8 @@ def _check_option(prop: exp.Property, key: str, value: str) -> None:
         known = ", ".join(repr(o) for o in (*OPTIONS, *(f"{p}*" for p in OPTION_PREFIXES)))
         hint = f"Did you mean {close[0]!r}? " if close else ""
         raise SqlError(f"unknown table option {key!r}", *position(prop), f"{hint}Options: {known}")
+    if key == "state.ttl":
+        state_ttl_ms(value, "option 'state.ttl'", *position(prop.args["value"]))
     if key not in _DURATIONS:
         return
     at = position(prop.args["value"])

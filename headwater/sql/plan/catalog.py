@@ -62,6 +62,9 @@ class Table:
     #: a Spark file stream read in PERMISSIVE mode: it has :data:`RAW_RECORD` and
     #: :data:`SOURCE_FILE`, which are not columns of the table
     permissive: bool = False
+    #: ``'state.ttl'`` (ms): how long a key's state is kept without a row of it,
+    #: where the watermark does not free it (:mod:`headwater.sql.plan.ttl`)
+    state_ttl: int | None = None
 
     @property
     def is_replay(self) -> bool:

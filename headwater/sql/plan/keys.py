@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from headwater.sql.errors import SqlError
-from headwater.sql.parse.ddl import interval_ms
+from headwater.sql.parse.ddl import interval_ms, interval_sql
 from headwater.sql.parse.dialect import WindowTVF, position
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.translate import window_names
@@ -118,11 +118,20 @@ class MaintenanceKey:
     kind: KeyKind
     parts: tuple[KeyPart, ...] = ()
     operators: tuple[str, ...] = ()
+    #: the state time-to-live (ms) bounding a key's state the watermark does not
+    #: free (:mod:`headwater.sql.plan.ttl`); None: kept while the query runs
+    ttl: int | None = None
 
     @property
     def freed_by_watermark(self) -> bool:
         """Whether groups complete (their state is freed by the watermark)."""
         return self.kind in (KeyKind.ROW, KeyKind.WINDOW, KeyKind.EVENT_TIME)
+
+    @property
+    def expiring(self) -> int | None:
+        """The TTL (ms) that drops idle keys' state: None where the watermark frees
+        the state (a TTL does not change it) or no TTL was asked for."""
+        return None if self.freed_by_watermark else self.ttl
 
     def columns_of(self, table: str) -> tuple[str, ...]:
         """The model key columns of stream ``table`` (``COLUMNS`` only)."""
@@ -132,8 +141,12 @@ class MaintenanceKey:
         """The key and how its state grows (``explain()``)."""
         if self.kind is KeyKind.COLUMNS:
             cols = ", ".join(p.describe() for p in self.parts)
+            if self.ttl is not None:
+                return f"key {cols}: {self._bounded('a value')}"
             return f"key {cols}: state grows with the distinct values of {cols}"
         if self.kind is KeyKind.NONE:
+            if self.ttl is not None:
+                return f"no key (one group of every row): {self._bounded('the group')}"
             return "no key (one group of every row): state grows with the rows"
         what = {
             KeyKind.ROW: "each row on its own (no operator combines rows)",
@@ -142,7 +155,15 @@ class MaintenanceKey:
         }[self.kind]
         if self.kind is KeyKind.WINDOW and self.parts:
             what += " and " + ", ".join(p.describe() for p in self.parts)
-        return f"{what}: state freed by the watermark"
+        unused = f" (state.ttl = {interval_sql(self.ttl)} does not apply)" if self.ttl else ""
+        return f"{what}: state freed by the watermark{unused}"
+
+    def _bounded(self, what: str) -> str:
+        ttl = interval_sql(self.ttl or 0)
+        return (
+            f"state bounded by state.ttl = {ttl} ({what}'s state is dropped, and its result "
+            "withdrawn, once no row of it arrived for that long in processing time)"
+        )
 
 
 # ------------------------------------------------------------------ scopes

@@ -42,6 +42,7 @@ from headwater.sql.plan.keys import (
     derive_key,
 )
 from headwater.sql.plan.quality import plan_quality
+from headwater.sql.plan.ttl import with_ttl
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,12 @@ def analyze(
     catalog: Catalog,
     name: str = "query",
     functions: Mapping[str, ScalarFunction] | None = None,
+    state_ttl: int | None = None,
 ) -> QueryPlan:
     """Resolve ``query``'s tables and windowing against ``catalog``; SqlError if
     it cannot run (with the position of the offending token). ``functions``: the
-    user functions by lower-case name."""
+    user functions by lower-case name; ``state_ttl``: the query's state
+    time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own."""
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
     windowing: tuple[WindowFn, tuple[str, ...]] | None = None
@@ -151,6 +154,7 @@ def analyze(
         size = fn.size if isinstance(fn, FixedWindows | SlidingWindows) else None
         key = derive_key(query, catalog, windowed, size)
         window_fn, group_mode = _groups(query, key, windowing, windowed)
+        key = with_ttl(key, query, streams, state_ttl)
         at = tvfs[0] if tvfs else query
         streams = plan_quality(query, streams, windowing[0] if tvfs else None, at)
     group_query, order = _split_order(query, emit, bool(streams))
