@@ -94,6 +94,8 @@ class SourceDef:
     watermark_delay_ms: int | None
     options: dict[str, str]
     line: int | None
+    #: ``PRIMARY KEY (...) NOT ENFORCED``: the columns one version of a row is keyed by
+    primary_key: tuple[str, ...] = ()
 
 
 def source_def(create: exp.Create) -> SourceDef:
@@ -114,24 +116,54 @@ def source_def(create: exp.Create) -> SourceDef:
         watermark_delay_ms=delay,
         options=_options(create),
         line=position(create)[0],
+        primary_key=_primary_key(schema, columns),
     )
 
 
 def _columns(schema: exp.Schema) -> dict[str, str]:
     columns: dict[str, str] = {}
     for item in schema.expressions:
-        if isinstance(item, exp.WatermarkColumnConstraint):
+        if isinstance(item, exp.WatermarkColumnConstraint | exp.PrimaryKey):
             continue
         if not isinstance(item, exp.ColumnDef) or item.args.get("kind") is None:
             raise SqlError(
                 f"{item.sql()} is not a column definition",
                 *position(item),
-                "A table lists columns (name TYPE) and at most one WATERMARK FOR clause",
+                "A table lists columns (name TYPE), at most one PRIMARY KEY (...) NOT ENFORCED "
+                "and at most one WATERMARK FOR clause",
             )
         if item.name in columns:
             raise SqlError(f"column {item.name!r} is declared twice", *position(item))
         columns[item.name] = re.sub(r",\s+", ",", item.args["kind"].sql()).upper()
     return columns
+
+
+def _primary_key(schema: exp.Schema, columns: dict[str, str]) -> tuple[str, ...]:
+    """The columns of ``PRIMARY KEY (...) NOT ENFORCED`` (a column's own ``PRIMARY KEY``
+    too). headwater does not check it, as Flink does not: it says what a versioned
+    stream's versions are versions of (a temporal join)."""
+    clauses = [e for e in schema.expressions if isinstance(e, exp.PrimaryKey)]
+    inline = [
+        c
+        for c in schema.expressions
+        if isinstance(c, exp.ColumnDef)
+        and any(isinstance(k.kind, exp.PrimaryKeyColumnConstraint) for k in c.constraints)
+    ]
+    if len(clauses) + len(inline) > 1:
+        raise SqlError("a table has at most one PRIMARY KEY", *position((clauses + inline)[-1]))
+    if inline:
+        return (inline[0].name,)
+    if not clauses:
+        return ()
+    names = tuple(e.name for e in clauses[0].expressions)
+    for name, node in zip(names, clauses[0].expressions, strict=True):
+        if name not in columns:
+            raise SqlError(
+                f"PRIMARY KEY names {name!r}, which is not a column of the table",
+                *position(node),
+                f"Its columns are {', '.join(columns)}",
+            )
+    return names
 
 
 def _watermark(schema: exp.Schema, columns: dict[str, str]) -> tuple[str | None, int | None]:

@@ -62,6 +62,9 @@ class Table:
     #: a Spark file stream read in PERMISSIVE mode: it has :data:`RAW_RECORD` and
     #: :data:`SOURCE_FILE`, which are not columns of the table
     permissive: bool = False
+    #: the columns a versioned stream's rows are versions of (``PRIMARY KEY (...) NOT
+    #: ENFORCED``): what a temporal join (FOR SYSTEM_TIME AS OF) looks a version up by
+    primary_key: tuple[str, ...] = ()
 
     @property
     def is_replay(self) -> bool:
