@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from sql_helpers import assert_same_rows, rows
+from sql_helpers import assert_same_rows, one_shuffle_partition, rows
 
 from headwater.sql import read_replay, sql
 from headwater.sql.errors import SqlError
@@ -48,10 +48,10 @@ def _write(path, lines: list[tuple[int, dict]]) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def replay(tmp_path_factory):
+def make_replay(tmp, step: int):
     """``(tables, orders, rates)``: both streams as replays (Rates keyed by currency)
-    and their rows with their arrival ``ptime`` (ms)."""
+    arriving in steps of ``step`` seconds, and their rows with their arrival
+    ``ptime`` (ms)."""
     rng = np.random.default_rng(17)
     versions = 6
     rate_time = np.concatenate(  # distinct per currency: one version per time
@@ -66,7 +66,7 @@ def replay(tmp_path_factory):
             "currency": np.repeat(CURRENCIES, versions),
             "rate": np.round(rng.uniform(0.5, 2.0, n_rates), 2),
             "rate_time": T0 + rate_time * 1_000,
-            "ptime": T0 + (rate_time + delay) // 5 * 5_000 + 5_000,
+            "ptime": T0 + ((rate_time + delay) // step + 1) * step * 1_000,
         }
     )
     n = 60
@@ -77,10 +77,10 @@ def replay(tmp_path_factory):
             "currency": rng.choice([*CURRENCIES, "JPY"], n),  # JPY has no rates
             "amount": rng.integers(1, 100, n),
             "order_time": T0 + order_time * 1_000,
-            "ptime": T0 + (order_time.clip(0) + rng.integers(0, 20, n)) // 5 * 5_000 + 5_000,
+            "ptime": T0
+            + ((order_time.clip(0) + rng.integers(0, 20, n)) // step + 1) * step * 1_000,
         }
     )
-    tmp = tmp_path_factory.mktemp("temporal")
     tables = {
         "Rates": read_replay(
             _write(tmp / "rates.jsonl", _lines(rates, "rate_time")),
@@ -93,6 +93,12 @@ def replay(tmp_path_factory):
         ),
     }
     return tables, orders, rates
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    """The replay in steps of 5 s."""
+    return make_replay(tmp_path_factory.mktemp("temporal"), 5)
 
 
 def bounded(query: str, orders: pd.DataFrame, rates: pd.DataFrame, as_of: int) -> pd.DataFrame:
@@ -225,15 +231,59 @@ def test_explain_shows_the_versions_and_the_key(replay):
 
 
 @pytest.mark.spark
-def test_on_spark_the_table_views_are_the_bounded_query(spark, replay):
-    """One Spark run of the LEFT join: its table view at each processing time."""
+def test_on_spark_the_table_views_are_the_bounded_query(spark, tmp_path):
+    """One Spark run of the LEFT join (a micro-batch per step of 30 s, few): its table
+    view at each processing time, a late version retracting joined rows on the way."""
     from headwater.sql.execute.spark import SparkSqlQuery
 
-    tables, orders, rates = replay
+    tables, orders, rates = make_replay(tmp_path, 30)
     query, reference = CASES["left"]
-    run = SparkSqlQuery(query, tables, spark=spark).run(None)
+    with one_shuffle_partition(spark):
+        run = SparkSqlQuery(query, tables, spark=spark).run(None)
     for as_of in _as_ofs(orders, rates):
         expected = bounded(reference, orders, rates, as_of)
         assert_same_rows(
             rows(run.table(as_of)), rows(expected), ordered=False, what=f"spark @ {as_of}"
         )
+    assert run.changes()["undo"].any(), "no late version governed an order joined before it"
+
+
+DDL = (
+    "CREATE TABLE Rates (currency STRING, rate DOUBLE, rate_time TIMESTAMP(3){key}) "
+    "WITH ('format' = 'replay', 'path' = 'x')"
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        (", PRIMARY KEY (currency) NOT ENFORCED", ("currency",)),
+        (", PRIMARY KEY (currency, rate) NOT ENFORCED", ("currency", "rate")),
+        (" PRIMARY KEY NOT ENFORCED", ("rate_time",)),
+        ("", ()),
+    ],
+)
+def test_the_ddl_reads_the_primary_key(key, expected):
+    from headwater.sql.parse.ddl import source_def
+    from headwater.sql.parse.dialect import parse
+
+    (create,) = parse(DDL.format(key=key))
+    assert source_def(create).primary_key == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (", PRIMARY KEY (cur) NOT ENFORCED", "PRIMARY KEY names 'cur'"),
+        (", PRIMARY KEY (currency) NOT ENFORCED, PRIMARY KEY (rate) NOT ENFORCED", "at most one"),
+    ],
+)
+def test_a_wrong_primary_key_is_refused_positioned(key, message):
+    from headwater.sql.parse.ddl import source_def
+    from headwater.sql.parse.dialect import parse
+
+    (create,) = parse(DDL.format(key=key))
+    with pytest.raises(SqlError) as info:
+        source_def(create)
+    assert message in info.value.message
+    assert info.value.line == 1 and info.value.col is not None, str(info.value)

@@ -139,31 +139,36 @@ def _columns(schema: exp.Schema) -> dict[str, str]:
 
 
 def _primary_key(schema: exp.Schema, columns: dict[str, str]) -> tuple[str, ...]:
-    """The columns of ``PRIMARY KEY (...) NOT ENFORCED`` (a column's own ``PRIMARY KEY``
-    too). headwater does not check it, as Flink does not: it says what a versioned
-    stream's versions are versions of (a temporal join)."""
-    clauses = [e for e in schema.expressions if isinstance(e, exp.PrimaryKey)]
-    inline = [
-        c
-        for c in schema.expressions
-        if isinstance(c, exp.ColumnDef)
-        and any(isinstance(k.kind, exp.PrimaryKeyColumnConstraint) for k in c.constraints)
+    """The columns of ``PRIMARY KEY (...) NOT ENFORCED`` (or a column's own). headwater,
+    as Flink, does not own the data and checks no key: it says what a versioned
+    stream's rows are versions of (a temporal join)."""
+    clauses: list[exp.Expr] = [e for e in schema.expressions if isinstance(e, exp.PrimaryKey)]
+    names: list[tuple[str, exp.Expr]] = [
+        (n.name, n) for clause in clauses for n in clause.expressions
     ]
-    if len(clauses) + len(inline) > 1:
-        raise SqlError("a table has at most one PRIMARY KEY", *position((clauses + inline)[-1]))
-    if inline:
-        return (inline[0].name,)
-    if not clauses:
-        return ()
-    names = tuple(e.name for e in clauses[0].expressions)
-    for name, node in zip(names, clauses[0].expressions, strict=True):
+    for c in schema.expressions:
+        for k in c.constraints if isinstance(c, exp.ColumnDef) else []:
+            if isinstance(k.kind, exp.PrimaryKeyColumnConstraint):
+                clauses.append(k.kind)
+                names.append((c.name, c))
+    if len(clauses) > 1:
+        raise SqlError("a table has at most one PRIMARY KEY", *position(clauses[-1]))
+    for clause in clauses:
+        options = [str(o).upper() for o in clause.args.get("options") or []]
+        if "NOT ENFORCED" not in options:
+            raise SqlError(
+                "a PRIMARY KEY without NOT ENFORCED: headwater does not own the data to enforce it",
+                *position(clause),
+                "Write PRIMARY KEY (col) NOT ENFORCED, as in Flink",
+            )
+    for name, node in names:
         if name not in columns:
             raise SqlError(
                 f"PRIMARY KEY names {name!r}, which is not a column of the table",
                 *position(node),
                 f"Its columns are {', '.join(columns)}",
             )
-    return names
+    return tuple(name for name, _ in names)
 
 
 def _watermark(schema: exp.Schema, columns: dict[str, str]) -> tuple[str | None, int | None]:
