@@ -135,6 +135,15 @@ CASES = {
         f"""SELECT o.currency, SUM(o.amount * r.rate) AS total, COUNT(*) AS n
         FROM orders o ASOF JOIN rates r {ASOF} GROUP BY o.currency""",
     ),
+    "converted per window": (  # one group of every row: the window is not the key
+        """SELECT o.window_start, SUM(o.amount * r.rate) AS total
+        FROM TABLE(TUMBLE(TABLE Orders, DESCRIPTOR(order_time), INTERVAL '10' SECOND)) o
+        JOIN Rates FOR SYSTEM_TIME AS OF o.order_time AS r ON o.currency = r.currency
+        GROUP BY o.window_start, o.window_end""",
+        f"""SELECT time_bucket(INTERVAL 10 SECOND, o.order_time) AS window_start,
+        SUM(o.amount * r.rate) AS total
+        FROM orders o ASOF JOIN rates r {ASOF} GROUP BY 1""",
+    ),
 }
 
 
