@@ -13,6 +13,7 @@ a primary key (or an ON condition that equates it) the join is refused, position
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -296,3 +297,27 @@ def test_a_wrong_primary_key_is_refused_positioned(key, message):
         source_def(create)
     assert message in info.value.message
     assert info.value.line == 1 and info.value.col is not None, str(info.value)
+
+
+def test_the_command_line_declares_the_key(capsys):
+    """``--primary-key`` keys a replayed table; without it the join is refused, and a
+    key for a table that is not replayed is an error naming the flag."""
+    from headwater import cli
+
+    query = (
+        "SELECT order_id, r.conversion_rate FROM orders o JOIN currency_rates "
+        "FOR SYSTEM_TIME AS OF o.order_time AS r ON o.currency = r.currency"
+    )
+    docs = Path(__file__).resolve().parents[2] / "docs" / "sql"
+    replays = [
+        *("--replay", f"orders={docs / 'orders.jsonl'}", "--event-time", "orders.order_time"),
+        *("--replay", f"currency_rates={docs / 'rates.jsonl'}"),
+        *("--event-time", "currency_rates.update_time", "--format", "csv"),
+    ]
+    assert cli.main(["sql", query, *replays, "--primary-key", "currency_rates=currency"]) == 0
+    out, _ = capsys.readouterr()
+    assert sorted(out.splitlines()[1:]) == ["1,1.19", "2,1.0", "4,1.25"]
+    assert cli.main(["sql", query, *replays]) == 2
+    assert "--primary-key currency_rates=col" in capsys.readouterr().err
+    assert cli.main(["sql", query, *replays, "--primary-key", "rates=currency"]) == 2
+    assert "--primary-key rates=...: no --replay rates=FILE" in capsys.readouterr().err

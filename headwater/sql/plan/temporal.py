@@ -103,7 +103,7 @@ def _check_key(version: exp.Version, join: exp.Join, table: Table, alias: str) -
             "key: a temporal join needs the key its rows are versions of",
             *position(version),
             f"Declare it: PRIMARY KEY (col) NOT ENFORCED in CREATE TABLE {table.name} (...), "
-            f"or read_replay(..., primary_key=['col'])",
+            f"--primary-key {table.name}=col, or read_replay(..., primary_key=['col'])",
         )
     missing = [c for c in key if c not in table.columns]
     if missing:
