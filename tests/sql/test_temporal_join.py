@@ -216,10 +216,15 @@ REFUSED = {
         "AS r ON o.currency = r.currency",
         "reads the versioned table",
     ),
+    "EMIT AFTER WATERMARK": (
+        f"SELECT o.id FROM Orders o {JOIN} EMIT AFTER WATERMARK",
+        "not bounded",
+    ),
     "SELECT * of two currencies": (
         f"SELECT * FROM Orders o {JOIN}",
         "two columns named 'currency'",
     ),
+    "o.* and r.*": (f"SELECT o.*, r.* FROM Orders o {JOIN}", "two columns named 'currency'"),
 }
 
 
