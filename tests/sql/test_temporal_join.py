@@ -326,3 +326,32 @@ def test_the_command_line_declares_the_key(capsys):
     assert "--primary-key currency_rates=col" in capsys.readouterr().err
     assert cli.main(["sql", query, *replays, "--primary-key", "rates=currency"]) == 2
     assert "--primary-key rates=...: no --replay rates=FILE" in capsys.readouterr().err
+
+
+SINK = (
+    "CREATE TABLE Totals (window_start TIMESTAMP, window_end TIMESTAMP, total DOUBLE{key}) "
+    "WITH ({options})"
+)
+KAFKA = "'connector' = 'upsert-kafka', 'topic' = 't', 'properties.bootstrap.servers' = 'h:1'"
+DELTA = "'connector' = 'delta', 'path' = 'x'"
+PK = ", PRIMARY KEY (window_start, window_end) NOT ENFORCED"
+
+
+@pytest.mark.parametrize("options", [KAFKA, DELTA])
+def test_an_upsert_sinks_key_is_its_primary_key_or_key_fields(options):
+    """Flink's upsert-kafka DDL keys the sink by its PRIMARY KEY; 'key.fields' keys it
+    too; both, differing, is an error."""
+    from headwater.sql.execute.sources import make_sink
+    from headwater.sql.parse.ddl import source_def
+    from headwater.sql.parse.dialect import parse
+
+    def sink(key: str, extra: str = ""):
+        (create,) = parse(SINK.format(key=key, options=options + extra))
+        return make_sink(source_def(create))
+
+    expected = ["window_start", "window_end"]
+    assert list(sink(PK).key) == expected
+    assert list(sink("", ", 'key.fields' = 'window_start;window_end'").key) == expected
+    assert list(sink(PK, ", 'key.fields' = 'window_start;window_end'").key) == expected
+    with pytest.raises(SqlError, match="is not its PRIMARY KEY"):
+        sink(PK, ", 'key.fields' = 'window_start'")

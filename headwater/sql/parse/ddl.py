@@ -97,6 +97,21 @@ class SourceDef:
     #: ``PRIMARY KEY (...) NOT ENFORCED``: the columns one version of a row is keyed by
     primary_key: tuple[str, ...] = ()
 
+    def key_fields(self) -> list[str]:
+        """A sink's key: ``'key.fields'`` (``;``-separated), else its PRIMARY KEY
+        (Flink's upsert-kafka takes the key from the PRIMARY KEY); SqlError if both
+        are given and differ."""
+        fields = [k.strip() for k in self.options.get("key.fields", "").split(";") if k.strip()]
+        if fields and self.primary_key and fields != list(self.primary_key):
+            raise SqlError(
+                f"table {self.name!r}: 'key.fields' ({';'.join(fields)}) is not its PRIMARY KEY "
+                f"({', '.join(self.primary_key)})",
+                self.line,
+                None,
+                "Give one of them, or the same columns in both",
+            )
+        return fields or list(self.primary_key)
+
 
 def source_def(create: exp.Create) -> SourceDef:
     """The table ``create`` declares (SqlError if headwater cannot use it)."""
