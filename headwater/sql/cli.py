@@ -53,6 +53,14 @@ def parser() -> argparse.ArgumentParser:
         help="allowed lateness of a table's data, e.g. Bid='5 minutes' (none given: 0)",
     )
     p.add_argument(
+        "--primary-key",
+        action="append",
+        default=[],
+        metavar="TABLE=COL[,COL]",
+        help="the primary key of a replayed table, what its rows are versions of "
+        "(a temporal join: FOR SYSTEM_TIME AS OF), e.g. Rates=currency",
+    )
+    p.add_argument(
         "--as-of",
         help="processing time of the table view, ISO (none: after all the input)",
     )
@@ -115,6 +123,7 @@ def _tables(args: argparse.Namespace) -> dict:
     replays = _pairs(args.replay, "=", "--replay")
     event_times = _pairs(args.event_time, ".", "--event-time")
     lateness = {k: _duration(v, k) for k, v in _pairs(args.lateness, "=", "--lateness").items()}
+    keys = {k: v.split(",") for k, v in _pairs(args.primary_key, "=", "--primary-key").items()}
     tables = {}
     for name, path in replays.items():
         if name not in event_times:
@@ -122,7 +131,15 @@ def _tables(args: argparse.Namespace) -> dict:
                 f"--replay {name}: no event-time column given",
                 hint=f"Add --event-time {name}.COLUMN",
             )
-        tables[name] = read_replay(path, name, event_times[name], None, lateness.get(name, 0))
+        tables[name] = read_replay(
+            path, name, event_times[name], None, lateness.get(name, 0), keys.get(name, ())
+        )
+    unknown = sorted(keys.keys() - replays.keys())
+    if unknown:
+        raise SqlError(
+            f"--primary-key {unknown[0]}=...: no --replay {unknown[0]}=FILE",
+            hint=f"Replay the table: --replay {unknown[0]}=FILE --event-time {unknown[0]}.COLUMN",
+        )
     return tables
 
 

@@ -145,5 +145,8 @@ def _source(d: SourceDef, runner: str, options: dict) -> Table:
     if runner == "spark":
         from headwater.sql.execute.spark import spark_source
 
-        return spark_source(d, options)
-    return local_source(d)
+        table = spark_source(d, options)
+    else:
+        table = local_source(d)
+    table.primary_key = d.primary_key
+    return table

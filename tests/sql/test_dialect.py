@@ -386,7 +386,7 @@ def test_watermark_without_delay() -> None:
             "negative",
         ),
         ("CREATE TABLE Bid (a INT, a INT)", "a INT)", "declared twice"),
-        ("CREATE TABLE Bid (a INT, PRIMARY KEY (a))", "a))", "not a column definition"),
+        ("CREATE TABLE Bid (a INT, PRIMARY KEY (a))", "a))", "without NOT ENFORCED"),
         ("CREATE TABLE Bid AS SELECT 1", "Bid", "column list"),
     ],
 )

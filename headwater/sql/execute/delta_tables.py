@@ -7,7 +7,8 @@
 
 keeps the Delta table at ``'path'`` equal to the query's table view
 (:class:`~headwater.io.sinks.delta.DeltaSink`: one MERGE per batch, replays
-change nothing). ``'key.fields'`` (``;``-separated, as Flink's) names the
+change nothing). ``'key.fields'`` (``;``-separated, as Flink's), or the table's
+``PRIMARY KEY (...) NOT ENFORCED``, names the
 columns that identify a result row: the last change per key decides; without
 it the table holds the relation as a multiset (a row count ``__n`` per
 distinct row). Options other than :data:`SINK_OPTIONS` are an error naming
@@ -41,7 +42,7 @@ def delta_sink(d: SourceDef) -> DeltaSink:
         raise SqlError(f"Delta table {d.name!r} is a sink: it takes no WATERMARK FOR", d.line)
     if "path" not in d.options:
         raise SqlError(f"Delta sink {d.name!r} has no 'path'", d.line, None, "Add 'path' = ...")
-    keys = [k.strip() for k in d.options.get("key.fields", "").split(";") if k.strip()]
+    keys = d.key_fields()
     return DeltaSink(d.options["path"], key=keys or None, sink_id=f"headwater:{d.name}")
 
 

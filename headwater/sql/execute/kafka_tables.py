@@ -19,7 +19,8 @@ query has no place for its raw value; ``hw.from_kafka`` routes it to the dead
 letters instead). A sink (no ``WATERMARK FOR``) is ``'connector' =
 'upsert-kafka'`` (the current result per key, tombstones for withdrawn rows)
 or ``'kafka'`` (the changelog with ``op``); ``'key.fields'`` (``;``-separated,
-as Flink) names the columns of the message key. Options other than those
+as Flink) or the table's ``PRIMARY KEY (...) NOT ENFORCED`` names the columns of
+the message key. Options other than those
 listed in :data:`SOURCE_OPTIONS` / :data:`SINK_OPTIONS` are an error naming
 the option.
 """
@@ -171,13 +172,14 @@ def kafka_source(d: SourceDef) -> Table:
 def kafka_sink(d: SourceDef) -> KafkaSink:
     """``'upsert-kafka'``: upserts and tombstones; ``'kafka'``: the changelog with ``op``."""
     options = _checked(d, SINK_OPTIONS, "sink")
-    keys = [k.strip() for k in options.get("key.fields", "").split(";") if k.strip()]
+    keys = d.key_fields()
     if not keys:
         raise SqlError(
-            f"Kafka sink {d.name!r} has no 'key.fields'",
+            f"Kafka sink {d.name!r} has no 'key.fields' (nor PRIMARY KEY)",
             d.line,
             None,
-            "Name the columns of one result row, e.g. 'key.fields' = 'window_start;window_end'",
+            "Name the columns of one result row, e.g. 'key.fields' = 'window_start;window_end' "
+            "or PRIMARY KEY (window_start, window_end) NOT ENFORCED",
         )
     mode = "upsert" if options["connector"].lower() == "upsert-kafka" else "changelog"
     return KafkaSink(options["topic"], options["properties.bootstrap.servers"], mode=mode, key=keys)

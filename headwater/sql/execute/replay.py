@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,8 +49,11 @@ def read_replay(
     event_time: str,
     types: Mapping[str, str] | None = None,
     allowed_lateness: int = 0,
+    primary_key: Sequence[str] = (),
 ) -> Table:
-    """The table ``name`` replayed from ``path``; ``event_time`` names its event-time column."""
+    """The table ``name`` replayed from ``path``; ``event_time`` names its event-time column;
+    ``primary_key`` the columns its rows are versions of (a versioned stream, which a
+    temporal join ``FOR SYSTEM_TIME AS OF`` reads)."""
     rows: list[dict] = []
     lines: list[tuple[int, str]] = []
     ptimes: list[int] = []
@@ -94,6 +97,7 @@ def read_replay(
         watermarks=watermarks,
         types=dict(types or {}),
         rejects=found,
+        primary_key=tuple(primary_key),
     )
 
 

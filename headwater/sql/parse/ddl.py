@@ -94,6 +94,23 @@ class SourceDef:
     watermark_delay_ms: int | None
     options: dict[str, str]
     line: int | None
+    #: ``PRIMARY KEY (...) NOT ENFORCED``: the columns one version of a row is keyed by
+    primary_key: tuple[str, ...] = ()
+
+    def key_fields(self) -> list[str]:
+        """A sink's key: ``'key.fields'`` (``;``-separated), else its PRIMARY KEY
+        (Flink's upsert-kafka takes the key from the PRIMARY KEY); SqlError if both
+        are given and differ."""
+        fields = [k.strip() for k in self.options.get("key.fields", "").split(";") if k.strip()]
+        if fields and self.primary_key and fields != list(self.primary_key):
+            raise SqlError(
+                f"table {self.name!r}: 'key.fields' ({';'.join(fields)}) is not its PRIMARY KEY "
+                f"({', '.join(self.primary_key)})",
+                self.line,
+                None,
+                "Give one of them, or the same columns in both",
+            )
+        return fields or list(self.primary_key)
 
 
 def source_def(create: exp.Create) -> SourceDef:
@@ -114,24 +131,59 @@ def source_def(create: exp.Create) -> SourceDef:
         watermark_delay_ms=delay,
         options=_options(create),
         line=position(create)[0],
+        primary_key=_primary_key(schema, columns),
     )
 
 
 def _columns(schema: exp.Schema) -> dict[str, str]:
     columns: dict[str, str] = {}
     for item in schema.expressions:
-        if isinstance(item, exp.WatermarkColumnConstraint):
+        if isinstance(item, exp.WatermarkColumnConstraint | exp.PrimaryKey):
             continue
         if not isinstance(item, exp.ColumnDef) or item.args.get("kind") is None:
             raise SqlError(
                 f"{item.sql()} is not a column definition",
                 *position(item),
-                "A table lists columns (name TYPE) and at most one WATERMARK FOR clause",
+                "A table lists columns (name TYPE), at most one PRIMARY KEY (...) NOT ENFORCED "
+                "and at most one WATERMARK FOR clause",
             )
         if item.name in columns:
             raise SqlError(f"column {item.name!r} is declared twice", *position(item))
         columns[item.name] = re.sub(r",\s+", ",", item.args["kind"].sql()).upper()
     return columns
+
+
+def _primary_key(schema: exp.Schema, columns: dict[str, str]) -> tuple[str, ...]:
+    """The columns of ``PRIMARY KEY (...) NOT ENFORCED`` (or a column's own). headwater,
+    as Flink, does not own the data and checks no key: it says what a versioned
+    stream's rows are versions of (a temporal join)."""
+    clauses: list[exp.Expr] = [e for e in schema.expressions if isinstance(e, exp.PrimaryKey)]
+    names: list[tuple[str, exp.Expr]] = [
+        (n.name, n) for clause in clauses for n in clause.expressions
+    ]
+    for c in schema.expressions:
+        for k in c.constraints if isinstance(c, exp.ColumnDef) else []:
+            if isinstance(k.kind, exp.PrimaryKeyColumnConstraint):
+                clauses.append(k.kind)
+                names.append((c.name, c))
+    if len(clauses) > 1:
+        raise SqlError("a table has at most one PRIMARY KEY", *position(clauses[-1]))
+    for clause in clauses:
+        options = [str(o).upper() for o in clause.args.get("options") or []]
+        if "NOT ENFORCED" not in options:
+            raise SqlError(
+                "a PRIMARY KEY without NOT ENFORCED: headwater does not own the data to enforce it",
+                *position(clause),
+                "Write PRIMARY KEY (col) NOT ENFORCED, as in Flink",
+            )
+    for name, node in names:
+        if name not in columns:
+            raise SqlError(
+                f"PRIMARY KEY names {name!r}, which is not a column of the table",
+                *position(node),
+                f"Its columns are {', '.join(columns)}",
+            )
+    return tuple(name for name, _ in names)
 
 
 def _watermark(schema: exp.Schema, columns: dict[str, str]) -> tuple[str | None, int | None]:

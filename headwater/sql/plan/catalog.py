@@ -65,6 +65,9 @@ class Table:
     #: ``'state.ttl'`` (ms): how long a key's state is kept without a row of it,
     #: where the watermark does not free it (:mod:`headwater.sql.plan.ttl`)
     state_ttl: int | None = None
+    #: the columns a versioned stream's rows are versions of (``PRIMARY KEY (...) NOT
+    #: ENFORCED``): what a temporal join (FOR SYSTEM_TIME AS OF) looks a version up by
+    primary_key: tuple[str, ...] = ()
 
     @property
     def is_replay(self) -> bool:

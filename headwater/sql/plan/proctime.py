@@ -10,8 +10,9 @@ over ``p`` fires when the clock passes its end. The bounded query over the same
 rows, each with its arrival time as ``p``, is what the stream equals.
 
 ``t FOR SYSTEM_TIME AS OF x.p`` (a lookup join) against a bounded table joins
-each row with the table's only version: the plain join. Everything else with
-PROCTIME() is refused before the query runs, at its position.
+each row with the table's only version: the plain join. At an event time against
+a stream, it is a temporal join (:mod:`headwater.sql.plan.temporal`). Everything
+else with PROCTIME() is refused before the query runs, at its position.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlglot import exp
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.sql.errors import SqlError, position
 from headwater.sql.plan.catalog import PTIME, Catalog, Table
+from headwater.sql.plan.temporal import versioned_join
 
 _HINT = (
     "Add it to a stream in a subquery or view that only adds it, "
@@ -130,7 +132,8 @@ def processing_time_stream(table: Table, column: str, name: str) -> Table:
 
 def _lookup_join(version: exp.Version, catalog: Catalog, columns: dict[str, str]) -> None:
     """``t FOR SYSTEM_TIME AS OF x.p`` in an inner or LEFT join, ``t`` bounded and
-    ``x.p`` a PROCTIME() column: the plain join (``t`` has one version)."""
+    ``x.p`` a PROCTIME() column: the plain join (``t`` has one version); ``t`` a
+    stream and ``x.p`` an event time: a temporal join."""
     ref, at = version.parent, version.args.get("expression")
     join = ref.parent if ref is not None else None
     is_proctime = (
@@ -138,23 +141,25 @@ def _lookup_join(version: exp.Version, catalog: Catalog, columns: dict[str, str]
         and columns.get(at.table.lower()) == at.name.lower()
         and version.args.get("kind") == "AS OF"
     )
+    table = catalog.get(ref.name, ref)
+    if table.is_stream and not is_proctime:  # at an event time: a temporal join
+        versioned_join(version, table, catalog)
+        return
     if not is_proctime:
         raise _refuse(
-            "FOR SYSTEM_TIME AS OF is only supported at a PROCTIME() column (a lookup "
-            "join); a temporal join at an event time against a versioned table is not "
-            "supported yet",
+            f"FOR SYSTEM_TIME AS OF an event time against the bounded table {table.name!r}: "
+            "a temporal join reads a versioned stream, a lookup join a PROCTIME() column",
             version,
             "Join the table at the processing time: FOR SYSTEM_TIME AS OF B.p_time with "
             "B = (SELECT *, PROCTIME() AS p_time FROM stream), or join without it",
         )
-    table = catalog.get(ref.name, ref)
     if table.is_stream:
         raise _refuse(
-            f"FOR SYSTEM_TIME AS OF against the stream {table.name!r}: a temporal join "
-            "with a versioned table is not supported yet",
+            f"FOR SYSTEM_TIME AS OF a processing time against the stream {table.name!r}: "
+            "a processing-time temporal join is not supported",
             version,
-            "Look up a bounded table (a file or DataFrame), or join the two streams "
-            "without FOR SYSTEM_TIME AS OF",
+            "Join its versions at an event time (FOR SYSTEM_TIME AS OF o.order_time, with a "
+            "PRIMARY KEY on the stream), look up a bounded table, or join without it",
         )
     side = (join.args.get("side") or "").upper() if isinstance(join, exp.Join) else None
     kind = (join.args.get("kind") or "").upper() if isinstance(join, exp.Join) else None
