@@ -658,7 +658,7 @@ class WindowedAggregation:
         trigger: Mapping[str, Any] | None = None,
         query_name: str | None = None,
         num_shards: int | None = None,
-        end_of_input: bool | None = None,
+        end_of_input: bool | str | None = None,
     ):
         """Start a streaming aggregation: panes to ``panes_sink`` and dropped elements
         to ``dead_letter_sink`` (each ``f(batch_df, batch_id)``), with the
@@ -669,7 +669,10 @@ class WindowedAggregation:
         result is the bounded run's (docs/semantics.md, "End of input"); the query
         returned ends it in ``awaitTermination()``. ``end_of_input=False`` keeps
         the pending windows in the checkpoint instead (an incremental job that
-        reads more of its source at its next run; its last run ends it). The end
+        reads more of its source at its next run; its last run ends it);
+        ``end_of_input="never"`` too, for a source that never ends (an open topic):
+        no run of that checkpoint reads the end-of-input control stream, so none
+        can end it (the runs are cheaper: no control stream to start and poll). The end
         is final: a run on a checkpoint whose input ended raises
         :class:`~headwater.io.end_of_input.InputEndedError`. Each dead letter
         carries the whole input record, in the local runner's columns."""

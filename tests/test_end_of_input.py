@@ -339,6 +339,41 @@ def test_incremental_runs_then_a_last_run_that_ends_the_input_spark(spark, tmp_p
     for end_of_input in (None, False):
         with pytest.raises(InputEndedError, match="has ended"):
             _run_available_now(spark, stream, strategy, checkpoint, end_of_input)
+    # Its runs read the control stream: a run without it is refused before it starts.
+    with pytest.raises(ValueError, match="read the end-of-input control stream"):
+        _run_available_now(spark, stream, strategy, checkpoint, "never")
+
+
+@pytest.mark.spark
+def test_runs_of_an_input_that_never_ends_spark(spark, tmp_path) -> None:
+    """``end_of_input="never"``: an availableNow run reads no control stream, so it
+    ends nothing (the window stays pending, as on an open topic), and a run that
+    would read the control stream on that checkpoint is refused before it starts
+    (Spark would fail it for a changed number of sources)."""
+    rows = pd.DataFrame({"key": ["a"] * 3, "et": START + pd.to_timedelta([0, 1, 2], unit="s")})
+    directory, checkpoint = str(tmp_path / "in"), str(tmp_path / "cp")
+    _write_files(rows.assign(v=[1, 2, 3]), directory, 1)
+    schema = "key STRING, et TIMESTAMP, v BIGINT"
+    stream = hw.from_spark(
+        spark.readStream.schema(schema).parquet(directory), event_time="et", watermark="1 hour"
+    )
+    strategy = hw.WindowingStrategy.of(window_fn=FixedWindows("1 minute"))
+    panes, dropped = _run_available_now(spark, stream, strategy, checkpoint, "never")
+    assert len(panes) == 0 and dropped == 0
+    assert not any("ends" in line for f in _offsets(checkpoint) for line in f)
+    for end_of_input in (None, False):
+        with pytest.raises(ValueError, match="end_of_input='never'"):
+            _run_available_now(spark, stream, strategy, checkpoint, end_of_input)
+    with pytest.raises(ValueError, match="end_of_input='sometimes'"):
+        _run_available_now(spark, stream, strategy, checkpoint, "sometimes")
+
+
+def _offsets(checkpoint: str) -> list[list[str]]:
+    """The lines of each offset-log file of a local checkpoint."""
+    folder = os.path.join(checkpoint, "offsets")
+    names = [n for n in os.listdir(folder) if n.isdigit()]
+    assert names
+    return [open(os.path.join(folder, n), encoding="utf-8").read().splitlines() for n in names]
 
 
 def test_the_control_stream_refuses_a_run_after_the_end() -> None:

@@ -19,7 +19,8 @@ the earliest offset with ``maxOffsetsPerTrigger`` and ``trigger(availableNow)``:
 (b) headwater: ``hw.from_kafka`` (its decoding routes bad records to the dead
     letters), ``FixedWindows(W)``, the default trigger, ``sum``, into a
     :class:`~headwater.io.sinks.delta.DeltaSink` (one idempotent MERGE per
-    micro-batch), ``end_of_input=False`` (the topic is open, as native's is).
+    micro-batch), ``end_of_input="never"`` (the topic is open, as native's is: no
+    end-of-input control stream).
 
 ``--sink noop`` replaces both Delta writers with Spark's ``noop`` sink (the
 engines alone). Each engine first runs once over a small warm-up topic
@@ -176,7 +177,7 @@ def headwater_query(spark, topic: str, sink: str | None, checkpoint: str, args):
         checkpoint_location=checkpoint,
         panes_sink=panes,
         trigger={"availableNow": True},
-        end_of_input=False,  # the topic stays open, as the native query's does
+        end_of_input="never",  # the topic stays open, as the native query's does
     )
 
 

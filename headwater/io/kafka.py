@@ -241,8 +241,9 @@ def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, SparkRejects]:
 def decode_spark(raw: Any, source: KafkaSource) -> Any:
     """``raw`` with the schema's columns, ``reason`` and ``error`` (null when decoded).
 
-    JSON is parsed twice: with the declared types and with every field a string; a
-    field present as text but null when typed has the wrong type."""
+    JSON is parsed once with the declared types. Only a record that does not come
+    out whole (not an object, or a typed field null) is parsed again with every
+    field a string: a field present as text but null when typed has the wrong type."""
     from pyspark.sql import functions as F
 
     if source.avro_schema is not None:
@@ -252,14 +253,19 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
     typed_ddl = ", ".join(f"`{n}` {_TYPES[t][0]}" for n, t in source.schema.items())
     text_ddl = ", ".join(f"`{n}` string" for n in source.schema) + f", `{corrupt}` string"
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
-    text = F.from_json(F.col("kafka_value"), text_ddl, opts)
-    typed = F.from_json(F.col("kafka_value"), typed_ddl, {"mode": "PERMISSIVE"})
-    out = raw.withColumn("__text", text).withColumn("__typed", typed)
-    not_object = (
-        F.col("kafka_value").isNull()
-        | F.col("__text").isNull()
+    value = F.col("kafka_value")
+    typed = F.from_json(value, typed_ddl, {"mode": "PERMISSIVE"})
+    whole = value.isNotNull() & F.col("__typed").isNotNull()
+    for n in source.schema:
+        whole = whole & F.col(f"__typed.`{n}`").isNotNull()
+    whole = whole & F.coalesce(F.ltrim(value).startswith("{"), F.lit(False))
+    text = F.when(~F.col("__whole"), F.from_json(value, text_ddl, opts))
+    out = raw.withColumn("__typed", typed).withColumn("__whole", whole)
+    out = out.withColumn("__text", text)
+    not_object = ~F.col("__whole") & (
+        F.col("__text").isNull()
         | F.col(f"__text.{corrupt}").isNotNull()
-        | ~F.trim(F.col("kafka_value")).startswith("{")
+        | ~F.coalesce(F.ltrim(value).startswith("{"), F.lit(False))
     )
     wrong = [
         F.when(
@@ -270,7 +276,8 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
     ]
     wrong_types = F.concat_ws("; ", *wrong)
     error = (
-        F.when(not_object, F.lit("not a JSON object"))
+        F.when(F.col("__whole"), F.lit(None).cast("string"))
+        .when(not_object, F.lit("not a JSON object"))
         .when(wrong_types != "", wrong_types)
         .when(
             F.col(f"__typed.`{source.event_time}`").isNull(),
@@ -286,7 +293,7 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
         *[F.col(f"__typed.`{n}`").alias(n) for n in source.schema],
         error.alias("error"),
         reason.alias("reason"),
-    ).drop("__text", "__typed")
+    ).drop("__text", "__typed", "__whole")
 
 
 def _decode_avro_spark(raw: Any, source: KafkaSource) -> Any:

@@ -31,6 +31,7 @@ from headwater.io.kafka import (
     cached_spark_jars,
     consume,
     decode_pandas,
+    decode_spark,
     parse_schema,
 )
 from headwater.io.sinks import fan_out
@@ -341,6 +342,49 @@ def test_decode_rules():
         [7, "malformed", "ts: not a timestamp"],
         [8, "malformed", "not a JSON object"],
     ]
+
+
+#: Values whose decoding is easy to get wrong: every rule of test_decode_rules, and
+#: blanks before an object, a wrong field beside good ones, a missing field.
+DECODE_CASES = [
+    _event("a", 1000, 1),
+    "{not json",
+    json.dumps({"user": "a", "score": 1.5, "ts": _ts(0)}),
+    json.dumps({"user": "a", "score": "1", "ts": _ts(0)}),
+    json.dumps({"user": 7, "score": 1, "ts": _ts(0)}),
+    json.dumps({"user": "a", "score": None, "ts": _ts(0)}),
+    json.dumps({"user": "a", "score": 1, "ts": None}),
+    json.dumps({"user": "a", "score": 1, "ts": "yesterday"}),
+    "42",
+    "  " + _event("b", 2000, 2),
+    json.dumps({"user": "a", "ts": _ts(0)}),
+    json.dumps({"user": {"x": 1}, "score": True, "ts": _ts(0)}),
+    "",
+    None,
+]
+
+
+def test_spark_decodes_as_the_local_runner(spark):
+    """Spark's decoding (one typed parse, the text parse only for records that do not
+    come out whole) gives each record the reason, error and fields DuckDB's does."""
+    source = KafkaSource("t", "unused", parse_schema(SCHEMA), "ts")
+    raw = _raw_records(DECODE_CASES)
+    records, expected = decode_pandas(raw, source)
+    frame = spark.createDataFrame(raw, schema=RAW_DDL)
+    decoded = decode_spark(frame, source).orderBy("kafka_offset").toPandas()
+    got = decoded[decoded["reason"].notna()]
+    columns = ["kafka_offset", "reason", "error"]
+    assert len(got) > 5 and got[columns].values.tolist() == expected[columns].values.tolist()
+    ok = decoded[decoded["reason"].isna()]
+    assert ok["user"].tolist() == records["user"].tolist()
+    assert ok["score"].astype("Int64").tolist() == records["score"].astype("Int64").tolist()
+    assert pd.to_datetime(ok["ts"], utc=True).tolist() == records["ts"].tolist()
+
+
+RAW_DDL = (
+    "kafka_topic string, kafka_partition int, kafka_offset bigint, "
+    "kafka_timestamp bigint, kafka_key string, kafka_value string"
+)
 
 
 def test_sink_messages_from_panes_and_a_sql_changelog():

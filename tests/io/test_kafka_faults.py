@@ -134,13 +134,15 @@ class Recorder:
             raise RuntimeError(f"killed in batch {batch_id}, after the sinks wrote it")
 
 
-def _run(agg, checkpoint: str, sinks, timeout: float = 300):
-    """One availableNow run over what the topic holds; the query, terminated."""
+def _run(agg, checkpoint: str, sinks, timeout: float = 300, end_of_input=False):
+    """One availableNow run over what the topic holds; the query, terminated.
+    ``end_of_input``: False (the default) as the topic grows between runs; "never"
+    to resume a long-running query's checkpoint (it read no control stream)."""
     query = agg.start(
         checkpoint_location=checkpoint,
         panes_sink=sinks,
         trigger={"availableNow": True},
-        end_of_input=False,  # the topic grows between runs
+        end_of_input=end_of_input,
     )
     try:
         query.awaitTermination(timeout)
@@ -305,7 +307,7 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
         # It failed instead of waiting: the error names Kafka, and a restart from
         # the checkpoint finishes the input.
         assert error is not None and "kafka" in str(error).lower(), error
-        query = _run(agg, checkpoint, sinks)
+        query = _run(agg, checkpoint, sinks, end_of_input="never")
         assert query.exception() is None, query.exception()
     assert _rows(delta.read()) == expected
     assert _rows(read_upserts(upserts, address)) == expected
