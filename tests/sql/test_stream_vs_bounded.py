@@ -16,8 +16,7 @@ with the seed and the query's text.
 Every CI run fuzzes a fixed list of seeds and one rotating seed (the day's, or
 ``HEADWATER_FUZZ_SEED``), :data:`PER_SEED` queries each on the local runner,
 and :data:`SPARK_SAMPLE` of them on Spark. The terminal summary says how many
-queries ran and how many were refused (tests/conftest.py). A difference found and
-not fixed yet is listed in :data:`KNOWN_DIFFERENCES` with a strict xfail.
+queries ran and how many were refused (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -47,19 +46,13 @@ PER_SEED = 25
 SPARK_SAMPLE = 20
 SPARK_SEED = 7
 BY_NAME = {stream.name: stream for stream in STREAMS}
-#: Silent differences the fuzzer found and headwater does not fix yet: (seed, query
-#: number) -> why. Left out of their batch; test_known_differences expects each to fail.
-_NO_ROWS_YET = (
-    "a global aggregate's table view is empty until a row of its stream arrives; "
-    "the bounded query over no rows is one row (COUNT(*) = 0)"
-)
-KNOWN_DIFFERENCES = {
-    (10, 4): _NO_ROWS_YET,  # over a stream
-    (105, 13): _NO_ROWS_YET,  # over a TUMBLE, not grouped by the window
-    (116, 17): _NO_ROWS_YET,  # with FILTER
-    (124, 11): _NO_ROWS_YET,  # over a LEFT JOIN
+#: Queries of rotating seeds that found a difference, fixed since: (seed, query
+#: number) -> what they cover. Each runs on every CI run (test_found_by_rotating_seeds).
+FOUND = {
+    (105, 13): "a global aggregate over a TUMBLE, before any row of its stream",
+    (116, 17): "a global aggregate with FILTER, before any row of its stream",
+    (124, 11): "a global aggregate over a LEFT JOIN, before any row of its streams",
 }
-
 
 # ------------------------------------------------------------------ comparison
 
@@ -255,8 +248,6 @@ def outcomes(tmp_path_factory) -> dict:
         if seed not in cache:
             replay, outcome = make_replay(seed, folder), Outcome()
             for number in range(PER_SEED):
-                if (seed, number) in KNOWN_DIFFERENCES:
-                    continue
                 where = f"seed {seed}, query {number} (HEADWATER_FUZZ_SEED={seed})"
                 fuzz_one(random_query(seed, number), replay, outcome, where)
             cache[seed] = outcome
@@ -359,11 +350,10 @@ def test_a_row_bridging_a_closed_session_merges_it(tmp_path) -> None:
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="known silent differences (KNOWN_DIFFERENCES)")
-@pytest.mark.parametrize("seed, number", list(KNOWN_DIFFERENCES))
-def test_known_differences(tmp_path, seed: int, number: int) -> None:
+@pytest.mark.parametrize("seed, number", list(FOUND))
+def test_found_by_rotating_seeds(tmp_path, seed: int, number: int) -> None:
     outcome = Outcome()
     fuzz_one(random_query(seed, number), make_replay(seed, tmp_path), outcome, f"seed {seed}")
     assert outcome.ran == 1
     if outcome.failures:
-        pytest.fail(f"{KNOWN_DIFFERENCES[seed, number]}:\n{outcome.failures[0]}", pytrace=False)
+        pytest.fail(f"{FOUND[seed, number]}:\n{outcome.failures[0]}", pytrace=False)

@@ -41,6 +41,7 @@ from headwater.sql.maintain.changelog import GROUP_COLUMNS, table_view
 from headwater.sql.maintain.groups import (
     EVENT_TIME,
     KEY,
+    ONE_GROUP,
     SOURCE,
     GroupMaintainer,
     StreamLayout,
@@ -302,7 +303,13 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
     tables = {t.name: t.local_frame() for t in plan.tables}
     try:
         maintainer = GroupMaintainer(
-            group_sql(plan), tuple(layouts), tables, plan.name, batched, plan.functions
+            group_sql(plan),
+            tuple(layouts),
+            tables,
+            plan.name,
+            batched,
+            plan.functions,
+            one_group=plan.key.kind is KeyKind.NONE,
         )
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
@@ -357,7 +364,7 @@ def group_keys(
     if isinstance(fn, FixedWindows | CumulativeWindows):
         ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
         return (ms - np.mod(ms - fn.offset, fn.size)).astype(str).astype(object)
-    return np.full(len(frame), "0", dtype=object)
+    return np.full(len(frame), ONE_GROUP[0], dtype=object)
 
 
 #: A NULL key value's text (no value's text).
@@ -428,16 +435,38 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
         null_event_time=lambda f: dead_letters(f, NULL_EVENT_TIME, sql),
         dropped=lambda d: dead_letters(d, d["reason"], sql),
     )
+    steps = steps_of(sql.query, rows, as_of)
     changelog, dead = replay(
         StepInput(rows, EVENT_TIME, KEY, values),
-        steps_of(sql.query, rows, as_of),
+        steps,
         Reducer(sql.strategy, sql.aggregations),
         sql.maintainer,
         forms,
         as_of,
         state_ttl(sql.query),
     )
-    return SqlRun(sql.maintainer.columns, changelog, dead)
+    return SqlRun(sql.maintainer.columns, with_start(sql, changelog, steps[0]), dead)
+
+
+#: The processing time of a replayed query's start, before any of its steps: the
+#: Unix epoch (or its first step, if earlier). A replay records when rows arrived,
+#: not when the query started, and the bounded query over the rows arrived by any
+#: time before the first is the query over none.
+START = 0
+
+
+def with_start(sql: SqlPlan, changelog: pd.DataFrame, ptimes: np.ndarray) -> pd.DataFrame:
+    """``changelog`` after the changelog of the query's start (a global aggregate's
+    row over no rows; :meth:`GroupMaintainer.begin`), at :data:`START`."""
+    start = min(START, int(ptimes[0])) if len(ptimes) else START
+    first = sql.maintainer.begin(start)
+    if not len(first):
+        return changelog
+    if not len(changelog):
+        return first
+    # a column NULL in the start's rows takes its type from the later rows
+    both = pd.concat([first.dropna(axis=1, how="all"), changelog], ignore_index=True)
+    return both[list(changelog.columns)]
 
 
 def state_ttl(plan: QueryPlan) -> int | None:

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,7 @@ from headwater.sql.execute.local import (
     row_letters,
     steps_of,
     union_rows,
+    with_start,
 )
 from headwater.sql.execute.local import (
     dead_letters as sql_dead_letters,
@@ -82,9 +84,10 @@ def _spark_type(series: pd.Series) -> str:
     return "string"
 
 
-def write_union_timeline(sql: SqlPlan, path: str, as_of: int | None) -> None:
+def write_union_timeline(sql: SqlPlan, path: str, as_of: int | None) -> np.ndarray:
     """The query's streams as one replay timeline: a step per processing time,
-    each firing the timers due then; rows in the union layout."""
+    each firing the timers due then; rows in the union layout. Returns the
+    steps' processing times."""
     rows = union_rows(sql)
     rows = rows[~np.isnan(rows[EVENT_TIME].to_numpy(np.float64))]
     ptimes, marks = steps_of(sql.query, rows, as_of)
@@ -106,6 +109,7 @@ def write_union_timeline(sql: SqlPlan, path: str, as_of: int | None) -> None:
             step["watermark_ms"] = int(mark)
         steps.append(step)
     write_timeline(path, steps, columns=columns, key_type="string")
+    return ptimes
 
 
 PTIME_COLUMN = "__ptime"
@@ -205,10 +209,10 @@ class SparkSqlQuery(SqlQuery):
         workdir = tempfile.mkdtemp(prefix="headwater-sql-")
         try:
             path = os.path.join(workdir, "timeline.jsonl")
-            write_union_timeline(sql, path, as_of)
+            ptimes = write_union_timeline(sql, path, as_of)
             register_replay_source(self.spark)
             stream = read_timeline(self.spark, path)
-            collected = _collect(self._compile(sql, stream), sql, workdir)
+            collected = _collect(self._compile(sql, stream), sql, workdir, ptimes)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return _with_null_event_times(collected, sql, as_of)
@@ -322,11 +326,17 @@ class SparkSqlQuery(SqlQuery):
             F.col("ver"),
         ]
 
+        start = sql.maintainer.begin(int(time.time() * 1000))  # before the first batch
+
         def each_batch(batch, batch_id: int) -> None:
             batch = batch.persist()
             try:
                 if sink is not None:
-                    sink(changes(batch, fields).select(*columns), batch_id)
+                    out = changes(batch, fields).select(*columns)
+                    if batch_id == 0 and len(start):  # once: a restart resumes a later batch
+                        first = _start_rows(batch.sparkSession, start, out.schema)
+                        out = first.unionByName(out)
+                    sink(out, batch_id)
                 if dead_letter_sink is not None:
                     dropped = dead_letters(batch).toPandas()
                     dead_letter_sink(_letters_frame(batch.sparkSession, sql, dropped), batch_id)
@@ -366,6 +376,20 @@ class SparkSqlQuery(SqlQuery):
             dead_letter_sink=dead_letter_sink,
             trigger=trigger,
         ).awaitTermination()
+
+
+def _start_rows(spark, start: pd.DataFrame, schema):
+    """The changelog of the query's start (:meth:`GroupMaintainer.begin`) as a Spark
+    frame of the sink's ``schema`` (ptime: epoch ms, made a timestamp as the rest)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    names = [f.name for f in schema.fields]
+    fields = [T.StructField("ptime", T.LongType()) if f.name == "ptime" else f for f in schema]
+    rows = start[names].astype(object)
+    rows = [tuple(r) for r in rows.where(rows.notna(), None).itertuples(index=False)]
+    frame = spark.createDataFrame(rows, T.StructType(fields))
+    return frame.withColumn("ptime", F.timestamp_millis(F.col("ptime")))
 
 
 def spark_error(exc: Exception, plan) -> SqlError:
@@ -574,11 +598,12 @@ def _with_raw_records(frame: pd.DataFrame, dropped: pd.DataFrame) -> pd.DataFram
     return frame
 
 
-def _collect(out, sql: SqlPlan, workdir: str) -> SqlRun:
-    """Run the streaming query to the end of its input; its changelog and dead letters."""
+def _collect(out, sql: SqlPlan, workdir: str, ptimes: np.ndarray) -> SqlRun:
+    """Run the streaming query to the end of its input; its changelog (after that of
+    the query's start, as on the local runner: :func:`with_start`) and dead letters."""
     fields = [f.name for f in sql.maintainer.output_fields()]
     run = collect_to_end(out, fields, os.path.join(workdir, "checkpoint"))
-    log = in_order(run.changelog)
+    log = in_order(with_start(sql, run.changelog, ptimes))
     dropped = run.dead_letters if len(run.dead_letters) else None
     dead = sql_dead_letters(
         dropped if dropped is not None else pd.DataFrame(columns=[SOURCE]),

@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headwater.model.schema import Field
-from headwater.model.time import MIN_TIMESTAMP
+from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
@@ -38,6 +38,9 @@ from headwater.sql.plan.translate import GROUP_RELATION
 SOURCE, EVENT_TIME, KEY = "__src", "__et", "__key"
 #: Version of the snapshot layout below.
 SNAPSHOT_VERSION = 1
+#: The one group of a query maintained as one group (no key: every row in the
+#: global window of one key), as the changelog's group columns name it.
+ONE_GROUP = ("0", MIN_TIMESTAMP, GLOBAL_WINDOW_END)
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,10 @@ class GroupMaintainer:
     ``batched``: evaluate the groups of a step by one query when the query's
     shape allows (:attr:`batch` holds the batched query or why not); False
     evaluates every group by its own query (the benchmarks' baseline).
-    ``functions``: the user functions the query calls."""
+    ``functions``: the user functions the query calls. ``one_group``: the query
+    is maintained as :data:`ONE_GROUP` (its key is none), which exists before
+    any row: its result over no rows (a global aggregate's one row of
+    ``COUNT(*) = 0``) is the query's first version (:meth:`begin`)."""
 
     def __init__(
         self,
@@ -116,6 +122,7 @@ class GroupMaintainer:
         name: str,
         batched: bool = True,
         functions: tuple[ScalarFunction, ...] = (),
+        one_group: bool = False,
     ) -> None:
         self.text = text
         self.streams = streams
@@ -132,6 +139,9 @@ class GroupMaintainer:
         self.types = {
             c: logical_type(t) for c, t in zip(self.columns, self.schema.types, strict=True)
         }
+        #: the one group's result over no rows (None: the query has many groups, and
+        #: a group exists only once a row of it arrives)
+        self.initial = self._over_nothing(relation) if one_group else None
         self.batch: BatchQuery | str = "per-group evaluation was asked for"
         if batched:
             self.batch = self._checked(plan_batch(text, [s.name for s in streams]), empty)
@@ -149,6 +159,24 @@ class GroupMaintainer:
             return "its batched form has other columns or types than the query"
         return batch
 
+    def _over_nothing(self, relation: duckdb.DuckDBPyRelation) -> pd.DataFrame:
+        """The query evaluated over empty streams (whatever DuckDB gives: one row of
+        a global aggregate, none under a HAVING it fails), as :data:`ONE_GROUP`'s rows."""
+        out = self._df(relation)
+        for i, (column, value) in enumerate(zip(GROUP_COLUMNS, ONE_GROUP, strict=True)):
+            out.insert(i, column, value)
+        return out
+
+    def begin(self, now: int) -> pd.DataFrame:
+        """The changelog of the query's start, at processing time ``now``: the one
+        group's rows over no rows (nothing for a query of many groups). Emitted
+        once per query; :meth:`restore` starts a new state with these rows
+        materialized, so the group's first firing withdraws them."""
+        state = Materializer(self.columns)
+        if self.initial is None:
+            return state.apply(pd.DataFrame(columns=list(GROUP_COLUMNS)), None, now)
+        return state.apply(self.initial[list(GROUP_COLUMNS)], self.initial, now)
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_con"] = None  # a connection does not travel; each process opens its own
@@ -164,6 +192,8 @@ class GroupMaintainer:
     # -- the pane-transform protocol: restore, apply, snapshot
     def restore(self, blob: bytes | None) -> Materializer:
         state = Materializer(self.columns)
+        if self.initial is not None and not blob:  # the first version (see begin)
+            state.apply(self.initial[list(GROUP_COLUMNS)], self.initial, MIN_TIMESTAMP)
         if blob:
             version, last, versions = pickle.loads(blob)
             if version != SNAPSHOT_VERSION:
