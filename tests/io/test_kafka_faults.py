@@ -306,7 +306,13 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
     if not converged:
         # It failed instead of waiting: the error names Kafka, and a restart from
         # the checkpoint finishes the input.
-        assert error is not None and "kafka" in str(error).lower(), error
+        assert error is not None, (
+            "in 180 s the sinks neither converged nor did the query fail: "
+            f"expected {expected}, Delta {_rows(delta.read())}, "
+            f"upserts {_rows(read_upserts(upserts, address))}, "
+            f"last batches {[p.batchId for p in query.recentProgress][-5:]}"
+        )
+        assert "kafka" in str(error).lower(), error
         query = _run(agg, checkpoint, sinks, end_of_input="never")
         assert query.exception() is None, query.exception()
     assert _rows(delta.read()) == expected
