@@ -291,14 +291,14 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
     )
     try:
         expected = _bounded(first)
-        assert _wait_for(lambda: _both_sinks(delta, upserts, address) == expected, 180, query)
+        assert _wait_for(lambda: _both_sinks(delta, upserts, address) == expected, 300, query)
 
         broker.stop()  # while the query polls the topic
         time.sleep(3)
         broker.start()  # the same port and log directory: the same topics, offsets
         _produce(address, topic, second)
         expected = _bounded(pd.concat([first, second], ignore_index=True))
-        converged = _wait_for(lambda: _both_sinks(delta, upserts, address) == expected, 180, query)
+        converged = _wait_for(lambda: _both_sinks(delta, upserts, address) == expected, 300, query)
         error = query.exception()
     finally:
         query.stop()
@@ -307,7 +307,7 @@ def test_broker_restart_mid_stream(spark, broker, tmp_path):
         # It failed instead of waiting: the error names Kafka, and a restart from
         # the checkpoint finishes the input.
         assert error is not None, (
-            "in 180 s the sinks neither converged nor did the query fail: "
+            "in 300 s the sinks neither converged nor did the query fail: "
             f"expected {expected}, Delta {_rows(delta.read())}, "
             f"upserts {_rows(read_upserts(upserts, address))}, "
             f"last batches {[p.batchId for p in query.recentProgress][-5:]}"
