@@ -302,16 +302,14 @@ def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
 
 
 def latency_progress(name: str, entry: dict[str, Any]) -> str:
-    parts = []
-    for engine, r in entry.items():
-        if r["status"] == "ran":
-            parts.append(
-                f"{engine}: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
-                f"{r['batches']} batches of median {_ms(r['batch_median_ms'])} ms"
-            )
-        else:
-            parts.append(f"{engine}: {r['status']} ({r['reason']})")
-    return f"{name}: " + "; ".join(parts)
+    return progress(
+        name,
+        entry,
+        lambda r: (
+            f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
+            f"{r['batches']} batches of median {_ms(r['batch_median_ms'])} ms"
+        ),
+    )
 
 
 def latency_cell(r: dict[str, Any]) -> str:
@@ -406,16 +404,19 @@ def _cell(r: dict[str, Any]) -> str:
     return f"{r['status']}: {r['reason'].replace('|', '/')}"
 
 
-def progress(name: str, entry: dict[str, Any]) -> str:
+def _throughput(r: dict[str, Any]) -> str:
+    return (
+        f"{r['rows']} rows in {r['seconds']:.2f}s "
+        f"({r['events_per_s_per_core']:,} events/s/core{_check(r)})"
+    )
+
+
+def progress(name: str, entry: dict[str, Any], ran=_throughput) -> str:
+    """A query's progress line: per engine, ``ran(result)`` or why it did not run."""
     parts = []
     for engine, r in entry.items():
-        if r["status"] == "ran":
-            parts.append(
-                f"{engine}: {r['rows']} rows in {r['seconds']:.2f}s "
-                f"({r['events_per_s_per_core']:,} events/s/core{_check(r)})"
-            )
-        else:
-            parts.append(f"{engine}: {r['status']} ({r['reason']})")
+        text = ran(r) if r["status"] == "ran" else f"{r['status']} ({r['reason']})"
+        parts.append(f"{engine}: {text}")
     return f"{name}: " + "; ".join(parts)
 
 

@@ -319,17 +319,7 @@ def read_changelog_ops(topic: str, bootstrap: str) -> list[str]:
 def test_decode_rules():
     """Each rule once, without a broker (the same rules run on Spark above)."""
     source = KafkaSource("t", "unused", parse_schema(SCHEMA), "ts")
-    values = [
-        _event("a", 1000, 1),
-        "{not json",
-        json.dumps({"user": "a", "score": 1.5, "ts": _ts(0)}),
-        json.dumps({"user": "a", "score": "1", "ts": _ts(0)}),
-        json.dumps({"user": 7, "score": 1, "ts": _ts(0)}),
-        json.dumps({"user": "a", "score": None, "ts": _ts(0)}),
-        json.dumps({"user": "a", "score": 1, "ts": None}),
-        json.dumps({"user": "a", "score": 1, "ts": "yesterday"}),
-        "42",
-    ]
+    values = DECODE_CASES[:9]
     raw = _raw_records(values)
     records, rejects = decode_pandas(raw, source)
     assert records["user"].tolist() == ["a", "7", "a"]  # a string takes any JSON value
