@@ -18,6 +18,7 @@ Markdown, or with ``--json`` one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +100,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def prepare(args, work: Path, engines: list[str]) -> tuple[Any, Path]:
-    """Generate the events once; write replay and Parquet files (and CSV for Flink) and
-    the side input."""
+def generated(args) -> Any:
+    """The events of the run's generator options (seeded: the same on every engine)."""
     config = NexmarkConfig(
         events=args.events,
         seed=args.seed,
         first_event_rate=args.rate,
         out_of_order_ms=args.out_of_order_ms,
     )
-    events = generate(config)
+    return generate(config)
+
+
+@contextlib.contextmanager
+def workdir(args) -> Iterator[Path]:
+    """``--workdir`` (kept), or a temporary directory removed after the run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        yield work
+
+
+def prepare(args, work: Path, engines: list[str]) -> tuple[Any, Path]:
+    """Generate the events once; write replay and Parquet files (and CSV for Flink) and
+    the side input."""
+    events = generated(args)
     data = work / "data"
     per_file = args.events_per_file or max(1, args.events // 10)
     formats = ["replay", "parquet"] + (["csv"] if "flink" in engines else [])
@@ -268,16 +284,8 @@ def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
     if args.runner != "spark":
         raise ValueError("--latency runs on Spark: pass --runner spark")
     out = sys.stderr if args.json else sys.stdout
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(args.workdir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        config = NexmarkConfig(
-            events=args.events,
-            seed=args.seed,
-            first_event_rate=args.rate,
-            out_of_order_ms=args.out_of_order_ms,
-        )
-        events = generate(config)
+    with workdir(args) as work:
+        events = generated(args)
         plan = latency.stage(events, work, args.rate, args.events_per_file)
         result: dict[str, Any] = {
             "mode": "latency",
@@ -360,9 +368,7 @@ def bench(args) -> dict[str, Any]:
     if args.latency:
         return bench_latency(args, names, engines)
     out = sys.stderr if args.json else sys.stdout
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(args.workdir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
+    with workdir(args) as work:
         events, data = prepare(args, work, engines)
         result: dict[str, Any] = {
             "events": events.events,
