@@ -42,3 +42,8 @@ class PaneTransform(Protocol):
     # belongs to windows ending at or before it: the reducer collected them and no
     # live window contains them, so no pane (not even a merge's retraction) names
     # them again.
+    #
+    # Optional: ``forget(state, keys, now)`` and ``forget_versions(state, keys)``. A
+    # runner with a state time-to-live calls ``forget`` before a step's ``apply``
+    # with the keys whose state expired then (it returns the rows withdrawing their
+    # results), and ``forget_versions`` after it with those not started again.

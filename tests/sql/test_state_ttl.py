@@ -4,6 +4,8 @@ processing time), its result withdrawn then, a later row starting it afresh
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -191,11 +193,44 @@ def test_a_join_needs_one_ttl_for_both_streams(tmp_path):
     assert "Declare 'state.ttl' on 'T' too" in str(info.value)
 
 
-def test_spark_refuses_ttl_before_running():
-    with pytest.raises(SqlError, match="not supported on the Spark runner") as info:
-        hw.sql(COUNT, {"S": stream(frame())}, runner="spark", state_ttl="1 hour")
-    assert (info.value.line, info.value.col) == (1, COUNT.index("k", 30) + 1)  # GROUP BY k
-    assert "runner='local'" in str(info.value)
+#: The replays of the cases above (and a join of two streams), as ``(query, rows
+#: of each stream)``: on Spark they give the local changelog, ptime and ver included.
+JOIN = "SELECT S.k, COUNT(*) AS n FROM S JOIN T ON S.k = T.k GROUP BY S.k EMIT STREAM"
+SPARK_CASES = {
+    "expiry and re-arrival, a key still active": (COUNT + " EMIT STREAM", {"S": ROWS}),
+    "a row at the instant of expiry": (
+        COUNT + " EMIT STREAM",
+        {"S": [(0, "c"), (10, "c"), (25, "c")]},
+    ),
+    "one group": (
+        "SELECT COUNT(*) AS n FROM S EMIT STREAM",
+        {"S": [(0, "a"), (3, "b"), (20, "a")]},
+    ),
+    "a join": (
+        JOIN,
+        {"S": [(0, "a"), (2, "b"), (12, "a")], "T": [(1, "a"), (3, "b"), (13, "a"), (20, "a")]},
+    ),
+}
+
+
+def normal(log: pd.DataFrame) -> pd.DataFrame:
+    """A changelog in the order of its consumers, with plain column types."""
+    log = log.sort_values(["ptime", "ver", "undo"], ascending=[True, True, False], kind="stable")
+    return log.reset_index(drop=True).astype({"n": np.int64, "ver": np.int64})
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(SPARK_CASES))
+def test_spark_replay_gives_the_local_changelog(spark, case):
+    query, rows = SPARK_CASES[case]
+    tables = {name: stream(frame(part)) for name, part in rows.items()}
+    local = hw.sql(query, tables, state_ttl="10 minutes")
+    on_spark = hw.sql(query, tables, runner="spark", state_ttl="10 minutes")
+    assert on_spark.explain() == local.explain()
+    expected = normal(local.changelog())
+    assert expected["undo"].sum() > 1  # withdrawals of expired state are in it
+    pd.testing.assert_frame_equal(normal(on_spark.changelog()), expected)
 
 
 def test_a_row_at_the_instant_of_expiry_continues_the_numbering():
@@ -210,3 +245,68 @@ def test_a_row_at_the_instant_of_expiry_continues_the_numbering():
         ("c", 1, True, 20, 3),
         ("c", 1, False, 25, 0),  # a fresh start later: numbered from 0
     ]
+
+
+def _write_keys(directory, i: int, keys: list[str]):
+    """A Parquet file of rows of ``keys`` (event times: minutes 0, 1, ...)."""
+    rows = pd.DataFrame({"ts": [at(m) for m in range(len(keys))], "k": keys})
+    path = directory / f"part-{i:03d}.parquet"
+    rows.to_parquet(path, coerce_timestamps="us")
+    return path
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_live_spark_stream_withdraws_idle_keys_at_a_micro_batch(spark, tmp_path):
+    """Files arriving in a directory, a 2-second TTL: a run reads the first file,
+    then (more than the TTL later) a restart from its checkpoint reads two more,
+    one a micro-batch. The first of these withdraws every key, those with no row
+    in it too (the idle times outlived the restart); a key with a row in it
+    starts afresh, numbering on; a key back in the next batch starts at ver 0."""
+    from headwater.io.arrival import in_arrival_order
+    from headwater.model.watermarks import BoundedOutOfOrderness
+    from headwater.sql.execute.spark import SparkSqlQuery
+    from headwater.sql.plan.catalog import Table
+
+    files = tmp_path / "in"
+    files.mkdir()
+    batches: dict[int, pd.DataFrame] = {}
+
+    def run() -> None:
+        df = spark.readStream.schema("ts TIMESTAMP, k STRING").option("maxFilesPerTrigger", 1)
+        stream = df.parquet(str(files))
+        table = Table(
+            "S", spark=stream, event_time="ts", watermark=BoundedOutOfOrderness(3_600_000)
+        )
+        query = SparkSqlQuery(COUNT, {"S": table}, spark=spark, state_ttl="2 seconds")
+        query.start(
+            checkpoint_location=str(tmp_path / "checkpoint"),
+            sink=lambda batch, batch_id: batches.setdefault(batch_id, batch.toPandas()),
+            trigger={"availableNow": True},
+            end_of_input=False,
+        ).awaitTermination()
+
+    def rows(batch: pd.DataFrame) -> set[tuple]:
+        return set(zip(batch["k"], batch["n"], batch["undo"], batch["ver"], strict=True))
+
+    _write_keys(files, 0, ["a", "a", "b", "c", "d"])
+    run()
+    (first,) = [b for b in batches.values() if len(b)]  # then a no-data batch, maybe
+    started = {("a", 2, False, 0), ("b", 1, False, 0), ("c", 1, False, 0), ("d", 1, False, 0)}
+    assert rows(first) == started
+    before = set(batches)
+    time.sleep(2.5)  # idle for longer than the TTL, in processing time
+    in_arrival_order([_write_keys(files, 1, ["a"]), _write_keys(files, 2, ["b"])])
+    run()
+    expired, later = [batches[i] for i in sorted(set(batches) - before) if len(batches[i])]
+    assert rows(expired) == {
+        ("a", 2, True, 1),
+        ("b", 1, True, 1),
+        ("c", 1, True, 1),
+        ("d", 1, True, 1),
+        ("a", 1, False, 2),  # started afresh: the row of this batch only
+    }
+    gap = expired["ptime"].min() - first["ptime"].max()
+    assert gap >= pd.Timedelta(seconds=2)  # at a micro-batch at or after t + TTL
+    # b's state and numbering start again (a may expire again before this batch)
+    assert {r for r in rows(later) if r[0] == "b"} == {("b", 1, False, 0)}

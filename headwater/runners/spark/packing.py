@@ -6,7 +6,9 @@ function). PySpark 4.3 feeds ``transformWithStateInPandas`` through a Python
 loop per input row; packing makes that a loop per packet (a few per shard per
 batch) and keeps the data columnar from the source to the reducer. Control
 ("tick") rows of a replay are copied into the packet of every shard, so a
-step without data still reaches every shard and fires its timers.
+step without data still reaches every shard and fires its timers. With a
+state time-to-live, every partition also sends every shard an empty packet, so
+that each shard steps in every micro-batch and drops its idle keys' state.
 
 Combiner lifting (when valid, see :func:`lifting`): the packer also
 pre-aggregates its rows per (shard, key, window slice) with Arrow's
@@ -198,6 +200,22 @@ class Packer:
                 buffered, rows = [], 0
         if buffered:
             yield profiled("pack", self._packets, buffered)
+        if self.plan.ttl is not None:
+            yield self._wake_every_shard()
+
+    def _wake_every_shard(self) -> pa.RecordBatch:
+        """An empty packet for every shard (a state time-to-live): each shard then
+        steps in every micro-batch, and drops the state of its idle keys even when
+        none of its keys has a row in the batch."""
+        shards = list(self.plan.shard_ids)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(shards, pa.int32()),
+                pa.array(np.zeros(len(shards), np.int64)),
+                pa.array([b""] * len(shards), pa.binary()),
+            ],
+            names=["shard", "n", "payload"],
+        )
 
     def _packets(self, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
         table = pa.Table.from_batches(batches)
@@ -310,7 +328,8 @@ def unpack(frames) -> pa.Table | None:
     tables = []
     for pdf in frames:
         for payload in pdf["payload"]:
-            tables.append(pa.ipc.open_stream(payload).read_all())
+            if len(payload):  # an empty packet only wakes the shard (a time-to-live)
+                tables.append(pa.ipc.open_stream(payload).read_all())
     if not tables:
         return None
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -22,17 +22,24 @@ STATE_SCHEMA = "blob BINARY, timer BIGINT"
 TRANSFORM_SCHEMA = "blob BINARY"
 #: The snapshot of a shard-derived watermark's state (a K-slack tracker).
 WATERMARK_SCHEMA = "blob BINARY"
+#: The snapshot of a shard's idle keys (a state time-to-live: ``model.idle``).
+IDLE_SCHEMA = "blob BINARY"
 
 
 class ShardProcessor(StatefulProcessor):
     """Runs one shard's Reducer per micro-batch (grouping key: the shard id)."""
 
     def __init__(
-        self, plan_blob: bytes, has_transform: bool = False, derives_watermark: bool = False
+        self,
+        plan_blob: bytes,
+        has_transform: bool = False,
+        derives_watermark: bool = False,
+        has_ttl: bool = False,
     ) -> None:
         self.plan_blob = plan_blob
         self.has_transform = has_transform
         self.derives_watermark = derives_watermark
+        self.has_ttl = has_ttl
         self._logic: Any = None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -44,6 +51,7 @@ class ShardProcessor(StatefulProcessor):
         self.watermark_state = (
             handle.getValueState("watermark", WATERMARK_SCHEMA) if self.derives_watermark else None
         )
+        self.idle_state = handle.getValueState("idle", IDLE_SCHEMA) if self.has_ttl else None
         self._logic = None
 
     def _impl(self) -> Any:
@@ -56,6 +64,7 @@ class ShardProcessor(StatefulProcessor):
                 self.state,
                 self.transform_state,
                 self.watermark_state,
+                self.idle_state,
             )
         return self._logic
 

@@ -19,6 +19,7 @@ wakes whenever the watermark moves.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
+from headwater.model.idle import IdleKeys
 from headwater.model.reducer import Emission, Reducer
 from headwater.model.schema import PANE_COLUMNS, DropReason
 from headwater.model.slack import slack_tracker
@@ -61,13 +63,20 @@ class ShardLogic:
     watermark / clock advances, save it, move the timer, emit (see ``processor.py``)."""
 
     def __init__(
-        self, plan: WorkerPlan, handle: Any, state: Any, transform_state=None, watermark_state=None
+        self,
+        plan: WorkerPlan,
+        handle: Any,
+        state: Any,
+        transform_state=None,
+        watermark_state=None,
+        idle_state=None,
     ) -> None:
         self.plan = plan
         self.handle = handle
         self.state = state
         self.transform_state = transform_state
         self.watermark_state = watermark_state
+        self.idle_state = idle_state
 
     def input_rows(self, rows, tv: TimerValues, shard: Any = None):
         table = profiled("unpack", unpack, rows)
@@ -102,12 +111,15 @@ class ShardLogic:
         stored = self.state.get()
         blob, timer = (bytes(stored[0]), int(stored[1])) if stored is not None else (None, -1)
         reducer = Reducer.restore(self.plan.strategy, self.plan.aggregations, blob)
+        gone = self._expire_idle(reducer, batch)
         emission = apply_step(reducer, batch)
         wm = batch.watermark if batch.watermark is not None else batch.arrival_watermark
         self.state.update((reducer.snapshot(), self._move_timer(reducer, wm, timer, expired)))
         changes = None
         if self.plan.transform is not None:
-            changes = self._transform(emission.panes, int(batch.now), reducer.settled())
+            again = batch.rows.keys if batch.rows is not None else np.zeros(0, object)
+            forgotten = Forgotten(gone, again)
+            changes = self._transform(emission.panes, int(batch.now), reducer.settled(), forgotten)
             emission = Emission(emission.panes.iloc[:0], emission.dropped)
         return self._output([emission, Emission(emission.panes.iloc[:0], nulls)], changes)
 
@@ -202,21 +214,51 @@ class ShardLogic:
         out[SHARD_SLACK] = slack
         return out
 
-    def _transform(self, panes: pd.DataFrame, now: int, settled: int) -> pd.DataFrame | None:
+    def _expire_idle(self, reducer: Reducer, batch: MicroBatch) -> np.ndarray:
+        """With a state time-to-live: the shard's keys idle for it at the step's
+        time, their state dropped from the reducer before the step's rows (as the
+        local runner does), and the idle times moved by the step's rows."""
+        if self.idle_state is None or self.plan.ttl is None:
+            return np.zeros(0, object)
+        stored = self.idle_state.get()
+        idle = IdleKeys.restore(self.plan.ttl, bytes(stored[0]) if stored is not None else None)
+        now = int(batch.now)
+        gone = idle.expired(now)
+        if len(gone):
+            reducer.forget(gone)
+        if batch.rows is not None:
+            idle.touch(batch.rows.keys, now)
+        if len(gone) or batch.rows is not None:
+            self.idle_state.update((idle.snapshot(),))
+        return gone
+
+    def _transform(
+        self, panes: pd.DataFrame, now: int, settled: int, forgotten: Forgotten | None = None
+    ) -> pd.DataFrame | None:
         """The plan's pane transform over this step's panes; its state is read and
-        written only when panes fired (then a transform with ``expire`` also
-        forgets the windows ending by ``settled``: ``Reducer.settled``)."""
-        if not len(panes):
+        written only when panes fired or keys expired (then a transform with
+        ``expire`` also forgets the windows ending by ``settled``:
+        ``Reducer.settled``). Expired keys' results are withdrawn first."""
+        forgotten = forgotten or Forgotten(np.zeros(0, object), np.zeros(0, object))
+        gone = forgotten.keys
+        if not len(panes) and not len(gone):
             return None
         transform = self.plan.transform
         stored = self.transform_state.get()
         state = transform.restore(bytes(stored[0]) if stored is not None else None)
+        withdrawn = transform.forget(state, gone, now) if len(gone) else None
         out = transform.apply(panes, now, state)
+        if len(gone):  # expired and not started again in this step: numbered afresh
+            again = pd.Index(pd.unique(np.asarray(forgotten.again, dtype=object)))
+            transform.forget_versions(state, gone[~pd.Index(gone).isin(again)])
         expire = getattr(transform, "expire", None)
         if expire is not None:
             expire(state, int(settled))
         self.transform_state.update((transform.snapshot(state),))
-        return out
+        parts = [f for f in (withdrawn, out) if f is not None and len(f)]
+        if len(parts) > 1:
+            return pd.concat(parts, ignore_index=True)
+        return parts[0] if parts else out
 
     def _micro_batch(self, table: pa.Table | None, tv: TimerValues):
         """This shard's part of the micro-batch as one model step, and the rows
@@ -416,6 +458,15 @@ class ShardLogic:
             if f.startswith(OUT):
                 out[f] = None
         return out
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """The keys whose state expired at a step (a state time-to-live), and the keys
+    of the step's rows (those of ``keys`` among them started again at once)."""
+
+    keys: np.ndarray
+    again: np.ndarray
 
 
 def _longs(column: pd.Series):

@@ -278,6 +278,7 @@ def compile_streaming(
     carry: Sequence[str] = (),
     end_of_input: EndOfInput | None = None,
     rejected_col: str | None = None,
+    state_ttl: int | None = None,
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -317,6 +318,11 @@ def compile_streaming(
     could not decode (their text): those rows skip the model and come out as
     dropped rows whose ``dropped`` struct carries the text in a field of that
     name, so one scan of the source feeds both (:func:`headwater.io.kafka.read_spark`).
+    ``state_ttl``: a state time-to-live (ms; SQL's ``'state.ttl'``, needs a
+    ``transform`` with ``forget``): each shard keeps its keys' idle times
+    (:class:`~headwater.model.idle.IdleKeys`) and, at every micro-batch (each
+    reaches every shard), drops the state of the keys idle that long before the
+    batch's rows, the transform withdrawing their results.
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -341,6 +347,7 @@ def compile_streaming(
     df, source = WATERMARKS[type(plan.watermark)](df, plan.watermark, plan.event_time)
     wm_col = source if isinstance(source, Column) else None
     derived = source.strategy if isinstance(source, PerShard) else None
+    _check_ttl(state_ttl, transform, derived)
     schema = df.schema
 
     et_ms = F.unix_millis(F.col(plan.event_time).cast("timestamp"))
@@ -468,6 +475,7 @@ def compile_streaming(
         has_order=derived is not None and arrival_order_col is not None,
         ends=end_of_input is not None,
         rejects=None if rejected_col is None else DROP + rejected_col,
+        ttl=state_ttl,
     )
     packets = flat.mapInArrow(Packer(worker_plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(
@@ -475,6 +483,7 @@ def compile_streaming(
             cloudpickle.dumps(worker_plan),
             has_transform=transform is not None,
             derives_watermark=derived is not None,
+            has_ttl=state_ttl is not None,
         ),
         outputStructType=out_schema,
         outputMode="Append",
@@ -492,6 +501,27 @@ def compile_streaming(
         per_shard=derived is not None,
     )
     return out.drop(_NO_KEY) if not plan.keys else out
+
+
+def _check_ttl(state_ttl: int | None, transform: PaneTransform | None, derived: Any) -> None:
+    """A state time-to-live needs a transform that withdraws the expired keys'
+    results (``forget``), and one step per micro-batch (not a shard-derived
+    watermark's step per processing time)."""
+    if state_ttl is None:
+        return
+    if transform is None or not hasattr(transform, "forget"):
+        raise PlanError(
+            "a state time-to-live needs a pane transform that withdraws the results of "
+            "the expired keys (forget)",
+            argument="state_ttl",
+            fix="Pass the transform of a SQL query (GroupMaintainer), or no state_ttl",
+        )
+    if derived is not None:
+        raise PlanError(
+            "a state time-to-live is not supported with a watermark each shard derives (K-slack)",
+            argument="state_ttl",
+            fix="Use a punctuated or bounded out-of-orderness watermark, or no state_ttl",
+        )
 
 
 def _with_end_of_input(flat: DataFrame, end: EndOfInput) -> DataFrame:

@@ -119,6 +119,9 @@ class WorkerPlan:
     #: the rows carry REJECTED (a source's rejected records travel with its records):
     #: the operator output column of their text, else None
     rejects: str | None = None
+    #: a state time-to-live (ms; SQL's 'state.ttl'): each shard drops the state of
+    #: its keys idle that long, and every micro-batch reaches every shard
+    ttl: int | None = None
 
     @property
     def has_control(self) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headwater.model.idle import IdleKeys
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
@@ -40,29 +41,6 @@ class DeadLetterForms:
 
     null_event_time: Letters
     dropped: Letters
-
-
-class IdleKeys:
-    """When each key's state was last touched (a row of it arrived), to drop the
-    state of the keys idle for a time-to-live (:mod:`headwater.sql.plan.ttl`)."""
-
-    def __init__(self, ttl: int) -> None:
-        self.ttl = ttl
-        self.last = pd.Series(dtype=np.int64)  # by key: the processing time of its last row
-
-    def expired(self, now: int) -> np.ndarray:
-        """The keys idle for the TTL at ``now`` (last touched at or before ``now -
-        ttl``), which are forgotten here."""
-        gone = self.last.to_numpy(np.int64) + self.ttl <= now
-        keys = self.last.index[gone].to_numpy(object)
-        self.last = self.last[~gone]
-        return keys
-
-    def touch(self, keys: np.ndarray, now: int) -> None:
-        """Rows of ``keys`` arrived at ``now``."""
-        fresh = pd.Index(pd.unique(keys))
-        kept = self.last[~self.last.index.isin(fresh)]
-        self.last = pd.concat([kept, pd.Series(now, index=fresh, dtype=np.int64)])
 
 
 def expiry_times(keys: np.ndarray, ptimes: np.ndarray, ttl: int) -> np.ndarray:

@@ -60,16 +60,15 @@ from headwater.sql.execute.local import (
 from headwater.sql.execute.local import (
     dead_letters as sql_dead_letters,
 )
+from headwater.sql.execute.local import state_ttl as key_ttl
 from headwater.sql.execute.permissive import CARRIED, ERROR, event_time_sql
 from headwater.sql.execute.query import SqlQuery
 from headwater.sql.execute.spark_collect import collect_to_end
 from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
-from headwater.sql.parse.ddl import interval_sql
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.plan.functions import Functions, function_error, register_spark
-from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -141,7 +140,6 @@ class SparkSqlQuery(SqlQuery):
         state_ttl: Any = None,
     ):
         super().__init__(text, tables, name, functions, state_ttl=state_ttl)
-        _refuse_state_ttl(self.plan)
         self.spark = spark or spark_session()
 
     def _frames(self):
@@ -235,6 +233,7 @@ class SparkSqlQuery(SqlQuery):
             timestamps="ms",
             carry=carry,
             end_of_input=end_of_input,
+            state_ttl=key_ttl(self.plan),
         )
 
     # -- Spark streaming sources
@@ -514,22 +513,6 @@ def spark_source(d, options: Mapping[str, Any]) -> Table:
 #: Option prefixes of the hybrid model (:mod:`headwater.sql.execute.hybrid`,
 #: :mod:`headwater.sql.execute.correct`).
 _HYBRID = ("quality.", "correction.")
-
-
-def _refuse_state_ttl(plan: QueryPlan) -> None:
-    """A state time-to-live runs on the local runner only: its shards on Spark keep
-    a key's state for as long as the query runs (refused before anything runs)."""
-    if plan.key.expiring is None:
-        return
-    groups = plan.query.args.get("group") if isinstance(plan.query, exp.Select) else None
-    raise SqlError(
-        f"query {plan.name}: 'state.ttl' = {interval_sql(plan.key.expiring)} is not "
-        "supported on the Spark runner yet: its shards would keep every key's state, a "
-        "silent difference from the local runner",
-        *position(groups or plan.query),
-        "Run it with runner='local' (headwater sql --runner local), or drop 'state.ttl' "
-        "(state_ttl=, --state-ttl) to keep every key's state on Spark",
-    )
 
 
 def _refuse_corrections(streams: tuple[Table, ...]) -> None:

@@ -71,6 +71,12 @@ def _groups(panes: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _texts(keys: np.ndarray) -> np.ndarray:
+    """Pane keys as the groups spell them (:func:`_groups`): a runner's key of the
+    one group may be a number."""
+    return pd.Series(keys, dtype=object).astype(str).to_numpy(object)
+
+
 #: DuckDB's wider types of SQL results, as SQL types them: a SUM of integers is
 #: HUGEINT in DuckDB, BIGINT in SQL (and Spark).
 _SQL_TYPES = {"HUGEINT": "BIGINT", "UHUGEINT": "BIGINT"}
@@ -213,12 +219,13 @@ class GroupMaintainer:
     def forget(self, state: Materializer, keys: np.ndarray, now: int) -> pd.DataFrame:
         """The changelog withdrawing the results of the groups of ``keys`` (their
         state expired at ``now``), which are then forgotten (but for their version
-        counters: :meth:`forget_versions`, once the step is applied)."""
-        return state.forget(keys, now)
+        counters: :meth:`forget_versions`, once the step is applied). ``keys``: the
+        panes' keys (as text in the groups: :func:`_groups`)."""
+        return state.forget(_texts(keys), now)
 
     def forget_versions(self, state: Materializer, keys: np.ndarray) -> None:
         """Forget the version counters of the groups of ``keys``."""
-        state.forget_versions(keys)
+        state.forget_versions(_texts(keys))
 
     def apply(self, panes: pd.DataFrame, now: int, state: Materializer) -> pd.DataFrame:
         """The changelog of the groups that fired in one step (their last pane
