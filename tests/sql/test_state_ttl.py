@@ -12,6 +12,7 @@ import pytest
 from sql_helpers import write_replay
 
 import headwater as hw
+from headwater.model.idle import IdleKeys
 from headwater.sql.cli import main
 from headwater.sql.errors import SqlError
 from headwater.sql.script import run_script
@@ -196,11 +197,12 @@ def test_a_join_needs_one_ttl_for_both_streams(tmp_path):
 #: The replays of the cases above (and a join of two streams), as ``(query, rows
 #: of each stream)``: on Spark they give the local changelog, ptime and ver included.
 JOIN = "SELECT S.k, COUNT(*) AS n FROM S JOIN T ON S.k = T.k GROUP BY S.k EMIT STREAM"
+#: Key c: a row at the very instant its state expires (10), then one later.
+AT_EXPIRY = [(0, "c"), (10, "c"), (25, "c")]
 SPARK_CASES = {
-    "expiry and re-arrival, a key still active": (COUNT + " EMIT STREAM", {"S": ROWS}),
-    "a row at the instant of expiry": (
+    "expiry and re-arrival, a key still active, a row at the instant of expiry": (
         COUNT + " EMIT STREAM",
-        {"S": [(0, "c"), (10, "c"), (25, "c")]},
+        {"S": sorted(ROWS + AT_EXPIRY)},
     ),
     "one group": (
         "SELECT COUNT(*) AS n FROM S EMIT STREAM",
@@ -236,8 +238,7 @@ def test_spark_replay_gives_the_local_changelog(spark, case):
 def test_a_row_at_the_instant_of_expiry_continues_the_numbering():
     """Expired and started again in one step: the withdrawal comes before the add in
     ``ptime, ver`` order, as the sinks apply a changelog."""
-    rows = [(0, "c"), (10, "c"), (25, "c")]
-    query = hw.sql(COUNT + " EMIT STREAM", {"S": stream(frame(rows))}, state_ttl="10 minutes")
+    query = hw.sql(COUNT + " EMIT STREAM", {"S": stream(frame(AT_EXPIRY))}, state_ttl="10 minutes")
     assert changes(query) == [
         ("c", 1, False, 0, 0),
         ("c", 1, True, 10, 1),  # expired at 10 ...
@@ -310,3 +311,16 @@ def test_a_live_spark_stream_withdraws_idle_keys_at_a_micro_batch(spark, tmp_pat
     assert gap >= pd.Timedelta(seconds=2)  # at a micro-batch at or after t + TTL
     # b's state and numbering start again (a may expire again before this batch)
     assert {r for r in rows(later) if r[0] == "b"} == {("b", 1, False, 0)}
+
+
+def test_idle_keys_outlive_a_snapshot():
+    """The idle times a Spark shard keeps in its state store: a restored snapshot
+    expires the same keys at the same times."""
+    idle = IdleKeys(10)
+    idle.touch(np.array(["a", "b", "a"], dtype=object), 0)
+    idle.touch(np.array([7], dtype=object), 5)
+    again = IdleKeys.restore(10, idle.snapshot())
+    assert list(again.expired(9)) == []
+    assert sorted(map(str, again.expired(10))) == ["a", "b"]
+    assert list(again.expired(15)) == [7]
+    assert not len(IdleKeys.restore(10, None).last)
