@@ -15,6 +15,13 @@ Each shard keeps one event-time timer at its reducer's ``next_event_time()``
 its ON_TIME and final panes once Spark's watermark passes; Spark runs a
 no-data micro-batch for that. A shard with pending processing-time timers also
 wakes whenever the watermark moves.
+
+With a state time-to-live (``WorkerPlan.ttl``), a third ``ValueState`` holds
+the shard's idle keys (:class:`~headwater.model.idle.IdleKeys`: when each key's
+last row arrived); each step reads it, drops the state of the keys idle for
+the TTL before its rows and has the pane transform withdraw their results.
+The packer sends every shard a packet in every micro-batch, so a shard without
+rows still steps.
 """
 
 from __future__ import annotations
