@@ -93,6 +93,26 @@ def spark_session():
     return spark
 
 
+def pipeline(spark, timeline: str) -> hw.WindowedAggregation:
+    """The demo's job over the replay of ``timeline``: team totals per 2-minute
+    window, early, on-time and late panes, accumulating and retracting (also
+    what ``headwater bench demo`` measures)."""
+    scores = read_replay(spark, timeline).withColumnRenamed("key", "team")
+    return (
+        hw.from_spark(scores, event_time="ts", watermark="punctuated")
+        .window(
+            hw.FixedWindows("2 minutes"),
+            trigger=hw.AfterWatermark(
+                early=hw.AfterProcessingTime("1 minute"), late=hw.AfterCount(1)
+            ),
+            allowed_lateness="5 minutes",
+            accumulation="retracting",
+        )
+        .group_by("team")
+        .agg(total=hw.sum("score"), n=hw.count())
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="headwater demo",
@@ -122,20 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Spark and its Python workers print a lot; keep it in a log, not on the console.
     console = _quiet(os.path.join(out, "spark.log"))
     spark = spark_session()
-    scores = read_replay(spark, timeline).withColumnRenamed("key", "team")
-    result = (
-        hw.from_spark(scores, event_time="ts", watermark="punctuated")
-        .window(
-            hw.FixedWindows("2 minutes"),
-            trigger=hw.AfterWatermark(
-                early=hw.AfterProcessingTime("1 minute"), late=hw.AfterCount(1)
-            ),
-            allowed_lateness="5 minutes",
-            accumulation="retracting",
-        )
-        .group_by("team")
-        .agg(total=hw.sum("score"), n=hw.count())
-    )
+    result = pipeline(spark, timeline)
     collected: list[pd.DataFrame] = []
     dropped: list[pd.DataFrame] = []
 
