@@ -25,7 +25,10 @@ median of each of Spark's ``durationMs`` phases (``addBatch`` is the batch's
 execution, sink included; ``queryPlanning``, ``getBatch``, ``latestOffset``,
 ``walCommit``, ``commitOffsets``). The ratio is headwater's median batch time
 over Spark's. headwater's run also includes the end-of-input run (one more
-micro-batch, docs/semantics.md "End of input").
+micro-batch, docs/semantics.md "End of input"). Within headwater's
+``addBatch``, ``sink_ms`` is the median time of each sink call: the panes'
+call computes the micro-batch (the runner persists it), the dead letters'
+call reads it back.
 
 The final totals per (team, window) of both engines are compared (``agree``):
 equal when neither drops a late row; with stragglers beyond the lateness they
@@ -33,7 +36,8 @@ can differ, since Spark judges a row against the previous batch's watermark
 and by its event time, headwater against the current one and by its window.
 
 ``--profile DIR`` cProfiles headwater's Python workers (``HEADWATER_PROFILE_DIR``)
-and reports their seconds per role (pack, unpack, step); profiling slows them.
+and reports their seconds per role (pack, unpack, step), the warm-up's
+included; profiling slows them.
 """
 
 from __future__ import annotations
@@ -97,14 +101,29 @@ def timelines(work: str, args) -> tuple[str, str, int]:
     return full, warm, len(steps)
 
 
-def run_headwater(spark, timeline: str, checkpoint: str) -> tuple[Any, pd.DataFrame, int]:
-    """The demo's pipeline; its final totals per (team, window start) and dead letters."""
+def run_headwater(
+    spark, timeline: str, checkpoint: str
+) -> tuple[Any, pd.Series, int, dict[str, float]]:
+    """The demo's pipeline; its final totals per (team, window start), dead letters,
+    and the median ms of each sink call per micro-batch (within ``addBatch``: the
+    panes' call computes the batch, which the runner persists; the dead letters'
+    reads it back)."""
     panes: list[pd.DataFrame] = []
     dropped: list[int] = []
+    sink_ms: dict[str, list[float]] = {"panes_sink": [], "dead_letter_sink": []}
+
+    def timed_sink(name: str, keep):
+        def sink(batch, _batch_id: int) -> None:
+            t0 = time.perf_counter()
+            keep(batch.toPandas())
+            sink_ms[name].append((time.perf_counter() - t0) * 1000)
+
+        return sink
+
     query = demo.pipeline(spark, timeline).start(
         checkpoint_location=checkpoint,
-        panes_sink=lambda batch, _: panes.append(batch.toPandas()),
-        dead_letter_sink=lambda batch, _: dropped.append(len(batch.toPandas())),
+        panes_sink=timed_sink("panes_sink", panes.append),
+        dead_letter_sink=timed_sink("dead_letter_sink", lambda f: dropped.append(len(f))),
         trigger={"availableNow": True},
     )
     query.awaitTermination()
@@ -113,7 +132,8 @@ def run_headwater(spark, timeline: str, checkpoint: str) -> tuple[Any, pd.DataFr
     frame = pd.concat(panes, ignore_index=True)
     signed = frame.total.where(~frame.is_retraction, -frame.total)
     totals = signed.groupby([frame.team, frame.window_start]).sum()
-    return query, totals, sum(dropped)
+    sinks = {name: round(median(ms)) for name, ms in sink_ms.items() if ms}
+    return query, totals, sum(dropped), sinks
 
 
 def run_native(spark, timeline: str, checkpoint: str, table: str) -> tuple[Any, pd.Series, int]:
@@ -182,7 +202,7 @@ def bench(spark, args, work: str) -> dict[str, Any]:
         run_headwater(spark, warm, checkpoint())
         run_native(spark, warm, checkpoint(), "headwater_bench_demo_warmup")
     t0 = time.perf_counter()
-    hw_query, hw_totals, hw_dropped = run_headwater(spark, full, checkpoint())
+    hw_query, hw_totals, hw_dropped, hw_sinks = run_headwater(spark, full, checkpoint())
     hw_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     sp_query, sp_totals, sp_dropped = run_native(spark, full, checkpoint(), "headwater_bench_demo")
@@ -193,7 +213,7 @@ def bench(spark, args, work: str) -> dict[str, Any]:
         "step_seconds": args.step_seconds,
         "steps": steps,
         "spark": spark.version,
-        "headwater": timed(hw_query, hw_s, hw_totals, hw_dropped),
+        "headwater": {**timed(hw_query, hw_s, hw_totals, hw_dropped), "sink_ms": hw_sinks},
         "native": timed(sp_query, sp_s, sp_totals, sp_dropped),
         "agree": hw_totals.sort_index().astype(int).to_dict()
         == sp_totals.sort_index().astype(int).to_dict(),
@@ -229,6 +249,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {report['extra_ms'][phase]:g} |"
         )
     lines.append(f"\nratio (median batch, headwater / Spark): {report['ratio']}")
+    lines.append(f"headwater's addBatch, median ms per sink call: {hw['sink_ms']}")
     for role, entry in (report.get("python_workers") or {}).items():
         per_batch = entry["seconds"] / max(hw["batches"], 1)
         lines.append(
