@@ -258,7 +258,7 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
     whole = value.isNotNull() & F.col("__typed").isNotNull()
     for n in source.schema:
         whole = whole & F.col(f"__typed.`{n}`").isNotNull()
-    whole = whole & F.coalesce(F.ltrim(value).startswith("{"), F.lit(False))
+    whole = whole & F.coalesce(F.ltrim(value).startswith("{"), F.lit(False)) & _ends(value)
     text = F.when(~F.col("__whole"), F.from_json(value, text_ddl, opts))
     out = raw.withColumn("__typed", typed).withColumn("__whole", whole)
     out = out.withColumn("__text", text)
@@ -266,6 +266,7 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
         F.col("__text").isNull()
         | F.col(f"__text.{corrupt}").isNotNull()
         | ~F.coalesce(F.ltrim(value).startswith("{"), F.lit(False))
+        | ~_ends(value)
     )
     wrong = [
         F.when(
@@ -294,6 +295,21 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
         error.alias("error"),
         reason.alias("reason"),
     ).drop("__text", "__typed", "__whole")
+
+
+def _ends(value: Any) -> Any:
+    """True when the JSON value ends the text (blanks aside), as DuckDB's
+    ``json_valid`` requires: Spark's parsers stop after the first value and accept
+    ``{...} trailing``. Wrapped as ``[value]`` it must be an array of one element;
+    a value that closes that array early (``{...}] ...``) holds a ``]``, and only
+    then is it also wrapped as ``{"x": value}``, which must have one key: no text
+    after the value passes both (one tokenizing pass for a value without ``]``)."""
+    from pyspark.sql import functions as F
+
+    one = F.json_array_length(F.concat(F.lit("["), value, F.lit("]"))) == 1
+    keys = F.json_object_keys(F.concat(F.lit('{"x":'), value, F.lit("}")))
+    closed = F.when(~value.contains("]"), F.lit(True)).otherwise(F.size(keys) == 1)
+    return F.coalesce(one & closed, F.lit(False))
 
 
 def _decode_avro_spark(raw: Any, source: KafkaSource) -> Any:

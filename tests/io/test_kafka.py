@@ -351,7 +351,23 @@ DECODE_CASES = [
     json.dumps({"user": {"x": 1}, "score": True, "ts": _ts(0)}),
     "",
     None,
+    *(TRAILING := [_event("c", 0, 1) + suffix for suffix in (" trailing", "}", " {}", "] {}")]),
+    _event("d", 0, 1) + " \n",
 ]
+
+
+def test_text_after_the_object_is_malformed():
+    """``{...} trailing`` is not one JSON object: a dead letter (Spark's parsers stop
+    after the first value; test_spark_decodes_as_the_local_runner holds Spark to it)."""
+    source = KafkaSource("t", "unused", parse_schema(SCHEMA), "ts")
+    first = DECODE_CASES.index(TRAILING[0])
+    records, rejects = decode_pandas(_raw_records(DECODE_CASES), source)
+    trailing = rejects[rejects["kafka_offset"] >= first]
+    assert trailing[["kafka_offset", "reason", "error"]].values.tolist() == [
+        [first + i, "malformed", "not a JSON object"] for i in range(len(TRAILING))
+    ]
+    assert trailing["kafka_value"].tolist() == TRAILING
+    assert records["user"].tolist()[-1] == "d"  # blanks after the object are no text
 
 
 def test_spark_decodes_as_the_local_runner(spark):
