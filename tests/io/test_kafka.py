@@ -387,6 +387,22 @@ def test_spark_decodes_as_the_local_runner(spark):
     assert pd.to_datetime(ok["ts"], utc=True).tolist() == records["ts"].tolist()
 
 
+def test_spark_decode_plan_computes_each_step_once(spark, capsys):
+    """Each record is parsed once typed (and once as text when it does not come out
+    whole), and no decode step is copied into the fields that use it: the plan Spark
+    optimizes again every micro-batch stays small."""
+    source = KafkaSource("t", "unused", parse_schema(SCHEMA), "ts")
+    frame = spark.createDataFrame(_raw_records(DECODE_CASES[:2]), schema=RAW_DDL)
+    decode_spark(frame, source).explain(mode="extended")
+    # The analyzed plan: the expressions as built (a local frame's optimized plan is
+    # folded into a constant relation).
+    plan = capsys.readouterr().out.split("== Analyzed Logical Plan ==")[1]
+    plan = plan.split("== Optimized Logical Plan ==")[0]
+    assert plan.count("from_json(") == 2  # the typed parse, the text parse
+    assert plan.count("concat_ws(") == 1  # the wrong-type text
+    assert plan.count("json_array_length(") == 1  # text after the object
+
+
 RAW_DDL = (
     "kafka_topic string, kafka_partition int, kafka_offset bigint, "
     "kafka_timestamp bigint, kafka_key string, kafka_value string"
