@@ -241,9 +241,12 @@ def read_spark(spark: Any, source: KafkaSource) -> tuple[Any, SparkRejects]:
 def decode_spark(raw: Any, source: KafkaSource) -> Any:
     """``raw`` with the schema's columns, ``reason`` and ``error`` (null when decoded).
 
-    JSON is parsed once with the declared types. Only a record that does not come
-    out whole (not an object, or a typed field null) is parsed again with every
-    field a string: a field present as text but null when typed has the wrong type."""
+    JSON is parsed once with the declared types, as ``[value]``: an array of one
+    record, so that the same parse also refuses text after the object (Spark's
+    parsers stop after the first value: ``{...} trailing`` would pass alone; see
+    :func:`_ends`). Only a record that does not come out whole (not one object, or
+    a typed field null) is parsed again with every field a string: a field present
+    as text but null when typed has the wrong type."""
     from pyspark.sql import functions as F
 
     if source.avro_schema is not None:
@@ -254,18 +257,25 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
     text_ddl = ", ".join(f"`{n}` string" for n in source.schema) + f", `{corrupt}` string"
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
     value = F.col("kafka_value")
-    typed = F.from_json(value, typed_ddl, {"mode": "PERMISSIVE"})
+    # Each step is a column of its own, referenced by name: Spark keeps a step that
+    # is used twice in a projection of its own instead of copying its expression,
+    # so the plan (planned again every micro-batch) stays small.
+    wrapped = F.concat(F.lit("["), value, F.lit("]"))
+    records = F.from_json(wrapped, f"array<struct<{typed_ddl}>>", {"mode": "PERMISSIVE"})
+    out = raw.withColumn("__records", records)
+    typed = F.when(F.size("__records") == 1, F.col("__records").getItem(0))
+    out = out.withColumn("__typed", typed).drop("__records")
     whole = value.isNotNull() & F.col("__typed").isNotNull()
     for n in source.schema:
         whole = whole & F.col(f"__typed.`{n}`").isNotNull()
-    whole = whole & F.coalesce(F.ltrim(value).startswith("{"), F.lit(False))
-    text = F.when(~F.col("__whole"), F.from_json(value, text_ddl, opts))
-    out = raw.withColumn("__typed", typed).withColumn("__whole", whole)
-    out = out.withColumn("__text", text)
+    whole = whole & F.coalesce(F.ltrim(value).startswith("{") & _closed(value), F.lit(False))
+    out = out.withColumn("__whole", whole)
+    out = out.withColumn("__text", F.when(~F.col("__whole"), F.from_json(value, text_ddl, opts)))
     not_object = ~F.col("__whole") & (
         F.col("__text").isNull()
         | F.col(f"__text.{corrupt}").isNotNull()
         | ~F.coalesce(F.ltrim(value).startswith("{"), F.lit(False))
+        | ~_ends(value)
     )
     wrong = [
         F.when(
@@ -274,26 +284,53 @@ def decode_spark(raw: Any, source: KafkaSource) -> Any:
         )
         for n, t in source.schema.items()
     ]
-    wrong_types = F.concat_ws("; ", *wrong)
+    out = out.withColumns(
+        {
+            "__not_object": not_object,
+            "__wrong": F.when(~F.col("__whole"), F.concat_ws("; ", *wrong)),
+        }
+    )
+    malformed = F.col("__not_object") | (F.col("__wrong") != "")
+    null_time = F.col(f"__typed.`{source.event_time}`").isNull()
     error = (
         F.when(F.col("__whole"), F.lit(None).cast("string"))
-        .when(not_object, F.lit("not a JSON object"))
-        .when(wrong_types != "", wrong_types)
-        .when(
-            F.col(f"__typed.`{source.event_time}`").isNull(),
-            F.lit(f"{source.event_time}: null event time"),
-        )
+        .when(F.col("__not_object"), F.lit("not a JSON object"))
+        .when(F.col("__wrong") != "", F.col("__wrong"))
+        .when(null_time, F.lit(f"{source.event_time}: null event time"))
     )
-    null_time_only = ~not_object & (wrong_types == "")
-    reason = F.when(error.isNull(), F.lit(None).cast("string")).otherwise(
-        F.when(null_time_only, F.lit(NULL_EVENT_TIME)).otherwise(F.lit(MALFORMED))
+    reason = (
+        F.when(F.col("__whole"), F.lit(None).cast("string"))
+        .when(malformed, F.lit(MALFORMED))
+        .when(null_time, F.lit(NULL_EVENT_TIME))
     )
     return out.select(
-        "*",
+        *raw.columns,
         *[F.col(f"__typed.`{n}`").alias(n) for n in source.schema],
         error.alias("error"),
         reason.alias("reason"),
-    ).drop("__text", "__typed", "__whole")
+    )
+
+
+def _ends(value: Any) -> Any:
+    """True when the JSON value ends the text (blanks aside), as DuckDB's
+    ``json_valid`` requires: Spark's parsers stop after the first value and accept
+    ``{...} trailing``. Wrapped as ``[value]`` it must be an array of one element,
+    and :func:`_closed`; no text after the value passes both."""
+    from pyspark.sql import functions as F
+
+    one = F.json_array_length(F.concat(F.lit("["), value, F.lit("]"))) == 1
+    return F.coalesce(one & _closed(value), F.lit(False))
+
+
+def _closed(value: Any) -> Any:
+    """False for a value that closes the ``[value]`` wrapping early (``{...}] ...``
+    parses as an array of one element, the rest unread): such a value holds a
+    ``]``, and only then is it also wrapped as ``{"x": value}``, which must be an
+    object of one key (an early ``}`` cannot also close the array)."""
+    from pyspark.sql import functions as F
+
+    keys = F.json_object_keys(F.concat(F.lit('{"x":'), value, F.lit("}")))
+    return F.when(~value.contains("]"), F.lit(True)).otherwise(F.size(keys) == 1)
 
 
 def _decode_avro_spark(raw: Any, source: KafkaSource) -> Any:
@@ -321,7 +358,13 @@ def expand_rejects(output: Any, rejects: SparkRejects) -> Any:
     from pyspark.sql import functions as F
 
     dropped = F.col("dropped")
-    parsed = F.from_json(dropped.getField(rejects.column), rejects.ddl)
+    # Parsed once into a column of its own: referenced by name, the parse is not
+    # copied into every field (a smaller plan, planned again every micro-batch).
+    parsed_col = "__headwater_parsed"
+    output = output.withColumn(
+        parsed_col, F.from_json(dropped.getField(rejects.column), rejects.ddl)
+    )
+    parsed = F.col(parsed_col)
     is_rejected = parsed.isNotNull()
     fields = [n for n in output.schema["dropped"].dataType.fieldNames() if n != rejects.column]
     values = []
@@ -331,7 +374,8 @@ def expand_rejects(output: Any, rejects: SparkRejects) -> Any:
             value = F.when(is_rejected, parsed.getField(name)).otherwise(value)
         values.append(value.alias(name))
     values += [parsed.getField(c).alias(c) for c in REJECT_COLUMNS if c not in fields]
-    return output.withColumn("dropped", F.when(dropped.isNotNull(), F.struct(*values)))
+    expanded = F.when(dropped.isNotNull(), F.struct(*values))
+    return output.withColumn("dropped", expanded).drop(parsed_col)
 
 
 # ----------------------------------------------------------------------- local

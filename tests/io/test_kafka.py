@@ -351,7 +351,23 @@ DECODE_CASES = [
     json.dumps({"user": {"x": 1}, "score": True, "ts": _ts(0)}),
     "",
     None,
+    *(TRAILING := [_event("c", 0, 1) + suffix for suffix in (" trailing", "}", " {}", "] {}")]),
+    _event("d", 0, 1) + " \n",
 ]
+
+
+def test_text_after_the_object_is_malformed():
+    """``{...} trailing`` is not one JSON object: a dead letter (Spark's parsers stop
+    after the first value; test_spark_decodes_as_the_local_runner holds Spark to it)."""
+    source = KafkaSource("t", "unused", parse_schema(SCHEMA), "ts")
+    first = DECODE_CASES.index(TRAILING[0])
+    records, rejects = decode_pandas(_raw_records(DECODE_CASES), source)
+    trailing = rejects[rejects["kafka_offset"] >= first]
+    assert trailing[["kafka_offset", "reason", "error"]].values.tolist() == [
+        [first + i, "malformed", "not a JSON object"] for i in range(len(TRAILING))
+    ]
+    assert trailing["kafka_value"].tolist() == TRAILING
+    assert records["user"].tolist()[-1] == "d"  # blanks after the object are no text
 
 
 def test_spark_decodes_as_the_local_runner(spark):
@@ -369,6 +385,22 @@ def test_spark_decodes_as_the_local_runner(spark):
     assert ok["user"].tolist() == records["user"].tolist()
     assert ok["score"].astype("Int64").tolist() == records["score"].astype("Int64").tolist()
     assert pd.to_datetime(ok["ts"], utc=True).tolist() == records["ts"].tolist()
+
+
+def test_spark_decode_plan_computes_each_step_once(spark, capsys):
+    """Each record is parsed once typed (and once as text when it does not come out
+    whole), and no decode step is copied into the fields that use it: the plan Spark
+    optimizes again every micro-batch stays small."""
+    source = KafkaSource("t", "unused", parse_schema(SCHEMA), "ts")
+    frame = spark.createDataFrame(_raw_records(DECODE_CASES[:2]), schema=RAW_DDL)
+    decode_spark(frame, source).explain(mode="extended")
+    # The analyzed plan: the expressions as built (a local frame's optimized plan is
+    # folded into a constant relation).
+    plan = capsys.readouterr().out.split("== Analyzed Logical Plan ==")[1]
+    plan = plan.split("== Optimized Logical Plan ==")[0]
+    assert plan.count("from_json(") == 2  # the typed parse, the text parse
+    assert plan.count("concat_ws(") == 1  # the wrong-type text
+    assert plan.count("json_array_length(") == 1  # text after the object
 
 
 RAW_DDL = (
