@@ -19,6 +19,7 @@ windows exactly.
 
 from __future__ import annotations
 
+import tempfile
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -147,8 +148,11 @@ def file_stream_runs(spark, tmp_path_factory) -> dict:
             run = SparkSqlQuery(query, tables, name, functions, spark=spark)
             changelog: list[pd.DataFrame] = []
             letters: list[pd.DataFrame] = []
+            # a new checkpoint for each attempt: spark_runs runs a job again after a
+            # transient failure, and a resumed run would miss the batches before it
+            checkpoint = tempfile.mkdtemp(prefix=f"{name}-", dir=data)
             run.start(
-                checkpoint_location=str(data / "checkpoints" / name),
+                checkpoint_location=checkpoint,
                 sink=lambda batch, _: changelog.append(_local(batch)),
                 dead_letter_sink=lambda batch, _: letters.append(_local(batch)),
                 trigger={"availableNow": True},
