@@ -319,7 +319,7 @@ class SparkSqlQuery(SqlQuery):
         out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)), carry, end)
         fields = [f.name for f in sql.maintainer.output_fields()]
         columns = [
-            *[F.col(c) for c in sql.maintainer.columns],
+            *[F.col(quoted(c)) for c in sql.maintainer.columns],
             F.col("undo"),
             F.timestamp_millis(F.col("ptime")).alias("ptime"),
             F.col("ver"),
@@ -375,6 +375,12 @@ class SparkSqlQuery(SqlQuery):
             dead_letter_sink=dead_letter_sink,
             trigger=trigger,
         ).awaitTermination()
+
+
+def quoted(column: str) -> str:
+    """A column name as Spark reads it verbatim: a derived name such as
+    ``avg(Q.final)`` is a column, not field ``final)`` of ``avg(Q``."""
+    return "`" + column.replace("`", "``") + "`"
 
 
 def _start_rows(spark, start: pd.DataFrame, schema):

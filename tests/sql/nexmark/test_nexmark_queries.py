@@ -227,10 +227,13 @@ def script(name: str, data: Path, sink: Path) -> str:
     return text.replace("${DATA}", str(data)).replace("${SINK}", str(sink))
 
 
-def insert_query(name: str, data: Path) -> tuple[exp.Expression, dict, list]:
-    """The query of ``name``'s INSERT, as run_script binds it, its tables and functions."""
+def insert_query(
+    name: str, data: Path, text: str | None = None, source=local_source
+) -> tuple[exp.Expression, dict, list]:
+    """The query of ``name``'s INSERT, as run_script binds it, its tables and functions;
+    ``text``: another script of it, ``source``: how its sources are read."""
     tables, columns, views, functions, query = {}, {}, {}, [], None
-    for statement in parse(script(name, data, data / "unused.duckdb")):
+    for statement in parse(text or script(name, data, data / "unused.duckdb")):
         statement = with_views(statement, views)
         if isinstance(statement, exp.Create) and statement.kind == "VIEW":
             views[statement.this.name.lower()] = statement.expression
@@ -241,7 +244,7 @@ def insert_query(name: str, data: Path) -> tuple[exp.Expression, dict, list]:
             if is_sink(d):
                 columns[d.name.lower()] = list(d.columns)
             else:
-                tables[d.name] = local_source(d)
+                tables[d.name] = source(d)
         elif isinstance(statement, exp.Insert):
             query = by_position(statement.expression, columns[statement.this.name.lower()])
     assert query is not None, name
