@@ -7,6 +7,8 @@ functions (all of one query share one windowing) and a group's result is the
 query over the group's rows with the window columns set to the group's bounds
 (windowed aggregates, joins on window bounds, NEXMark Query 7, window Top-N).
 Keyed by the event time (or combining nothing), groups are single event times.
+Keyed by a bucket of the event time (``CAST(ts AS DATE)``), groups are the
+buckets, tumbling windows of the bucket's size (the query over a day's rows).
 Keyed by plain columns, or by nothing, groups are the key's values (or one
 group) in a global window: nothing is late, state grows with the key's values.
 """
@@ -289,6 +291,8 @@ def _groups(
         return tvf[0], True
     if key.kind in (KeyKind.ROW, KeyKind.EVENT_TIME, KeyKind.WINDOW):
         return instant, tvf is None
+    if key.kind is KeyKind.BUCKET:  # a bucket of the event time is a tumbling window
+        return FixedWindows(timedelta(milliseconds=key.bucket)), tvf is None
     emit = query.args.get("emit")
     if emit is not None and emit.args.get("watermark"):
         line, col = position(emit)
@@ -297,8 +301,9 @@ def _groups(
             f"groups are not bounded in event time ({key.describe()})",
             line,
             col,
-            "Group by window bounds (FROM Tumble(...) ... GROUP BY wstart, wend) or by the "
-            "event time, or drop AFTER WATERMARK to see every change",
+            "Group by window bounds (FROM Tumble(...) ... GROUP BY wstart, wend), by the "
+            "event time or by its day (CAST(bidtime AS DATE)), or drop AFTER WATERMARK to see "
+            "every change",
         )
     return GlobalWindows(), False
 
