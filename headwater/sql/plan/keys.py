@@ -205,7 +205,8 @@ class _Tracer:
     def __init__(self, query: exp.Expression, catalog: Catalog, size: int | None) -> None:
         self.query = query
         self.catalog = catalog
-        #: the windows' size (ms; None for sessions, of no fixed size)
+        #: the windows' size (ms; of cumulating windows the shortest, the step: a
+        #: window bound is checked against it; None for sessions, of no fixed size)
         self.size = size
         self.ctes = {c.alias_or_name.lower(): c.this for c in query.find_all(exp.CTE)}
         #: reading a join's own condition (its padded side is not NULL there)

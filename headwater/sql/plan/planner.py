@@ -110,6 +110,18 @@ def _window_fn(tvf: WindowTVF) -> tuple[WindowFn, tuple[str, ...]]:
     return Sessions(_ms(tvf, "gap")), keys
 
 
+def _shortest(fn: WindowFn | None) -> int | None:
+    """The length (ms) of the windows' shortest window, by which the key analysis
+    checks that a join bounds a raw stream's rows to a window: a bound within the
+    shortest window of a cumulating period (its step) is within every window of it,
+    as they all start at the period's start. None: sessions (no fixed length)."""
+    if isinstance(fn, FixedWindows | SlidingWindows):
+        return fn.size
+    if isinstance(fn, CumulativeWindows):
+        return fn.step
+    return None
+
+
 def _table_refs(query: exp.Expression) -> list[exp.Table]:
     """Table references that are tables, not CTE names (TVF data included)."""
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
@@ -153,7 +165,7 @@ def analyze(
         check_session_keys(query, catalog)
         windowed = _windowed(query, streams, windowing is not None)
         fn = windowing[0] if windowing else None
-        size = fn.size if isinstance(fn, FixedWindows | SlidingWindows) else None
+        size = _shortest(fn)
         key = derive_key(query, catalog, windowed, size)
         window_fn, group_mode = _groups(query, key, windowing, windowed)
         key = with_ttl(key, query, streams, state_ttl)
