@@ -4,11 +4,15 @@ SQL's store assignment casts a value to its column's type; Flink refuses an
 INSERT whose types differ. headwater casts where the cast keeps every value
 (a wider integer, a float from an integer, any value as text, a date as a
 timestamp), so that every sink (DuckDB, PostgreSQL, files, Kafka, Delta) and
-both runners receive the declared types, and refuses before running, at the
-result column, where the cast can lose information: a fraction dropped
-(``AVG(price)``, a DOUBLE, into a BIGINT), a narrower integer or float, text
-that may not parse, a timestamp's time of day. The fix is the user's explicit
-``CAST(... AS type)``, which says how much to lose.
+both runners receive the declared types. A fraction stored in an integer
+column (``AVG(price)``, a DOUBLE, into a BIGINT: NEXMark q4 and q17) is
+truncated toward zero, as Flink (Java's narrowing cast; its AVG of integers is
+the truncated quotient) and Spark's ``CAST(double AS BIGINT)`` do, and not
+rounded as DuckDB's CAST would: the projection is ``CAST(TRUNC(x) AS BIGINT)``
+(-2.5 is stored as -2). Where the cast can lose information otherwise (text
+that may not parse, a timestamp's time of day, a narrower decimal), the INSERT
+is refused before running, at the result column: the fix is the user's
+explicit ``CAST(... AS type)``, which says how much to lose.
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ def loss(given: Kind, declared: Kind) -> str | None:
         return _narrower(given, declared)
     safe = {
         ("integer", "float"),
+        ("float", "integer"),  # a fraction truncated toward zero: truncates()
+        ("decimal", "integer"),
         ("decimal", "float"),
         ("boolean", "integer"),
         ("date", "timestamp"),
@@ -87,8 +93,6 @@ def loss(given: Kind, declared: Kind) -> str | None:
     if (given.family, declared.family) == ("integer", "decimal"):
         room = declared.precision - declared.scale
         return None if room >= _DIGITS[given.rank] else "can overflow it"
-    if declared.family == "integer" and given.family in ("float", "decimal"):
-        return "drops the fraction"
     if given.family == "text":
         return "is text, which may not parse as one"
     if (given.family, declared.family) in (("timestamp", "date"), ("timestamptz", "date")):
@@ -107,6 +111,12 @@ def _narrower(given: Kind, declared: Kind) -> str | None:
         return "drops digits of the fraction"
     whole = declared.precision - declared.scale >= given.precision - given.scale
     return None if whole else "can overflow it"
+
+
+def truncates(given: Kind, declared: Kind) -> bool:
+    """Whether a fraction is stored in an integer column: truncated toward zero
+    (Flink's and Spark's narrowing cast), not rounded (DuckDB's CAST)."""
+    return declared.family == "integer" and given.family in ("float", "decimal")
 
 
 def needs_cast(given: Kind, declared: Kind) -> bool:
@@ -134,7 +144,7 @@ def fit_to_sink(
     if len(result) != len(names):
         return query
     items = query.expressions if isinstance(query, exp.Select) else []
-    casts: dict[int, str] = {}
+    casts: dict[int, tuple[str, bool]] = {}
     for i, ((_, given), column) in enumerate(zip(result, names, strict=True)):
         g, d = kind_of(given, "duckdb"), kind_of(declared[column])
         why = loss(g, d)
@@ -145,25 +155,31 @@ def fit_to_sink(
                 *position(items[i] if i < len(items) else query),
                 f"Say how to convert it: CAST({shown} AS {declared[column]})",
             )
-        if needs_cast(g, d):
-            casts[i] = declared[column]
+        if truncates(g, d):  # carried 64 bits wide, as every integer (see _narrower)
+            casts[i] = ("BIGINT" if d.rank <= _INTEGERS[T.BIGINT] else declared[column], True)
+        elif needs_cast(g, d):
+            casts[i] = (declared[column], False)
     if not casts:
         return query
     if not isinstance(query, exp.Select) or any(item.is_star for item in items):
         at = next(iter(casts))
         raise SqlError(
             f"result column {at + 1} is {result[at][1]} and {sink}.{names[at]} is "
-            f"{casts[at]}: a SELECT * or set operation is not cast to the sink's types",
+            f"{casts[at][0]}: a SELECT * or set operation is not cast to the sink's types",
             *position(query),
-            f"List the columns and CAST(... AS {casts[at]}) this one",
+            f"List the columns and CAST(... AS {casts[at][0]}) this one",
         )
     return _projected(query, names, casts)
 
 
-def _projected(query: exp.Select, names: list[str], casts: dict[int, str]) -> exp.Select:
+def _projected(
+    query: exp.Select, names: list[str], casts: dict[int, tuple[str, bool]]
+) -> exp.Select:
     """``SELECT CAST(c AS t) AS c, ... FROM (query) AS __sink``: the cast outside
     the query, so that its grouping and maintenance key stay as written; its
-    EMIT, ORDER BY and LIMIT move out with the rows."""
+    EMIT, ORDER BY and LIMIT move out with the rows. A fraction into an integer
+    is ``CAST(TRUNC(c) AS BIGINT)``: DuckDB's TRUNC, Spark's CAST to BIGINT (sqlglot's
+    translation), both toward zero."""
     inner = query.copy()
     outer = exp.Select()
     for arg in ("emit", "order", "limit"):
@@ -178,7 +194,8 @@ def _projected(query: exp.Select, names: list[str], casts: dict[int, str]) -> ex
             item.replace(exp.alias_(item.copy(), name, quoted=True))
         value: exp.Expression = exp.column(name, quoted=True)
         if i in casts:
-            value = exp.cast(value, exp.DataType.build(casts[i]))
+            to, truncate = casts[i]
+            value = exp.cast(exp.Trunc(this=value) if truncate else value, exp.DataType.build(to))
         shown = name if name != f"__c{i}" else names[i]
         outer.select(exp.alias_(value, shown, quoted=True), copy=False)
     sink = exp.TableAlias(this=exp.to_identifier("__sink"))

@@ -40,13 +40,6 @@ QUERIES = Path(__file__).parent / "queries"
 CONFIG = NexmarkConfig(events=2000, seed=1, first_event_rate=200, out_of_order_ms=2000)
 STEP_MS = 1000
 
-#: Why q4 and q17 are refused: their AVG into a BIGINT sink column.
-_AVG = (
-    "AVG of a BIGINT is a DOUBLE in headwater (DuckDB's and Spark's AVG), a BIGINT in Flink "
-    "(the quotient truncated); the sink's BIGINT column would drop its fraction, so the "
-    "INSERT asks for the CAST that says how (with CAST(AVG(...) AS BIGINT) it runs and "
-    "equals the bounded query)"
-)
 #: query -> (headwater's SqlError message, why): what headwater refuses today.
 REFUSED = {
     "q6": (
@@ -54,8 +47,6 @@ REFUSED = {
         "Flink's text reads A.id, A.seller, B.price outside the subquery that names A and B "
         "(invalid SQL; Flink does not run q6 either)",
     ),
-    "q4": ("AVG(Q.final) is DOUBLE; storing it in nexmark_q4.final (BIGINT) drops", _AVG),
-    "q17": ("AVG(price) is DOUBLE; storing it in nexmark_q17.avg_price (BIGINT) drops", _AVG),
 }
 #: query -> the divergence from Flink's meaning of a query headwater runs.
 DIVERGES: dict[str, str] = {}
@@ -186,21 +177,6 @@ REFERENCE = {
 #: query -> the bounded query with headwater's meaning, where it differs from
 #: Flink's (DIVERGES): the stream must equal it (a failure, not an xfail).
 OWN_MEANING: dict[str, str] = {}
-#: q4 and q17 with the CAST their refusal asks for (text, as written with it), and
-#: the bounded query that CAST means (DuckDB's: the average rounded, where Flink's
-#: AVG truncates).
-WITH_CAST = {
-    "q4": (
-        "AVG(Q.final)",
-        "CAST(AVG(Q.final) AS BIGINT)",
-        REFERENCE["q4"].replace("trunc(avg(final))", "avg(final)"),
-    ),
-    "q17": (
-        "avg(price) AS avg_price",
-        "CAST(avg(price) AS BIGINT) AS avg_price",
-        REFERENCE["q17"].replace("trunc(avg(price))", "avg(price)"),
-    ),
-}
 #: What each query did, for the summary (conftest.py prints it).
 STATUS: dict[str, str] = {}
 
@@ -267,13 +243,10 @@ def insert_query(name: str, data: Path) -> tuple[exp.Expression, dict, list]:
     return query, tables, functions
 
 
-def run_query(name: str, data: Path, sink: Path, edit=("", "")) -> tuple[pd.DataFrame, list]:
-    """The query's final sink table, and the dead letters of its run (``edit``: a
-    text of the script replaced by another)."""
+def run_query(name: str, data: Path, sink: Path) -> tuple[pd.DataFrame, list]:
+    """The query's final sink table, and the dead letters of its run."""
     letters: list = []
-    text = script(name, data, sink)
-    assert edit[0] in text
-    list(run_script(text.replace(*edit), dead_letters=lambda q: _collect(letters)))
+    list(run_script(script(name, data, sink), dead_letters=lambda q: _collect(letters)))
     with duckdb.connect(str(sink)) as con:
         table = con.execute(f"SELECT * FROM nexmark_{name}").df()
     # The sink keeps each distinct row once with its multiplicity (__n), keyed by
@@ -335,17 +308,6 @@ def test_query(name, stream, tmp_path):
         STATUS[name] = f"ran, {len(actual)} rows, {own}DIFFERS from Flink's meaning"
         raise
     STATUS[name] = f"ran, {len(actual)} rows, equal to the bounded query in DuckDB"
-
-
-@pytest.mark.parametrize("name", list(WITH_CAST))
-def test_the_cast_a_refusal_asks_for_runs(name, stream, tmp_path):
-    events, data = stream
-    old, new, meaning = WITH_CAST[name]
-    actual, letters = run_query(name, data, tmp_path / f"{name}.duckdb", (old, new))
-    assert not letters
-    expected = reference(name, events, meaning)
-    assert len(expected)
-    assert_same_rows(rows(actual), rows(expected), ordered=False, what=name)
 
 
 def test_every_query_is_classified():
