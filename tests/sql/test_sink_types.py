@@ -223,3 +223,11 @@ def test_spark_casts_and_refuses_the_same(spark, bids, tmp_path) -> None:
     added = Counter(row[:-1] for row in logs["local"] if not row[-1])
     added.subtract(row[:-1] for row in logs["local"] if row[-1])
     assert sorted(added.elements(), key=repr) == sorted(TRUNCATED, key=repr)
+
+
+def test_a_select_star_that_needs_a_cast_is_refused(bids, tmp_path) -> None:
+    sink = f"'format' = 'table', 'path' = '{tmp_path / 's.duckdb'}'"
+    select = "SELECT * FROM (SELECT item, AVG(price) AS v FROM Bid GROUP BY item) AS t"
+    with pytest.raises(SqlError, match=r"S\.v is INT: a SELECT \*") as info:
+        list(run_script(script(bids, "item VARCHAR, v INT", select, sink)))
+    assert "CAST(... AS INT)" in str(info.value)

@@ -165,9 +165,9 @@ def fit_to_sink(
         at = next(iter(casts))
         raise SqlError(
             f"result column {at + 1} is {result[at][1]} and {sink}.{names[at]} is "
-            f"{casts[at][0]}: a SELECT * or set operation is not cast to the sink's types",
+            f"{declared[names[at]]}: a SELECT * or set operation is not cast to the sink's types",
             *position(query),
-            f"List the columns and CAST(... AS {casts[at][0]}) this one",
+            f"List the columns and CAST(... AS {declared[names[at]]}) this one",
         )
     return _projected(query, names, casts)
 
