@@ -43,6 +43,8 @@ from sqlglot import exp
 
 from headwater.sql.bind import bind
 from headwater.sql.errors import SqlError, position
+from headwater.sql.execute.local import result_types
+from headwater.sql.execute.sink_types import fit_to_sink
 from headwater.sql.execute.sources import is_sink, local_source, make_sink
 from headwater.sql.parse.ddl import SourceDef, source_def
 from headwater.sql.parse.dialect import parse
@@ -71,6 +73,7 @@ def run_script(
     known = function_set(functions)
     sinks: dict[str, Any] = {}
     sink_columns: dict[str, list[str]] = {}
+    sink_types: dict[str, dict[str, str]] = {}
     views: dict[str, exp.Query] = {}
     for statement in parse(text):
         statement = with_views(statement, views)
@@ -85,6 +88,7 @@ def run_script(
             if is_sink(d):
                 sinks[d.name.lower()] = make_sink(d)
                 sink_columns[d.name.lower()] = list(d.columns)
+                sink_types[d.name.lower()] = d.columns
             else:
                 tables[d.name] = _source(d, runner, options)
             continue
@@ -99,6 +103,12 @@ def run_script(
                 )
             select = by_position(statement.expression, sink_columns[target.lower()])
             query = bind(select, tables, name=target, runner=runner, functions=known, state_ttl=ttl)
+            declared = sink_types[target.lower()]
+            fitted = fit_to_sink(select, result_types(query.plan), declared, target)
+            if fitted is not select:  # cast to the sink's types (store assignment)
+                query = bind(
+                    fitted, tables, name=target, runner=runner, functions=known, state_ttl=ttl
+                )
             letters = None if dead_letters is None else dead_letters(query.plan.name)
             query.write(sink, dead_letter_sink=letters, **options)
             continue

@@ -70,6 +70,21 @@ QUERIES = {
     "top1": "SELECT window_start, window_end, item, price FROM (SELECT *, ROW_NUMBER() OVER "
     "(PARTITION BY window_start, window_end ORDER BY price DESC, bidtime) AS rn FROM {tvf}) T "
     "WHERE rn = 1",
+    # NEXMark Query 7 over CUMULATE: each window's highest bids, the stream joined
+    # back to its windows' maxima (a raw bid bounded to the window: exact per window)
+    "q7": "SELECT B.bidtime, B.price, B.item, B1.window_start, B1.window_end FROM Bid B "
+    "JOIN (SELECT MAX(price) AS maxprice, window_start, window_end FROM {tvf} "
+    "GROUP BY window_start, window_end) B1 ON B.price = B1.maxprice "
+    "WHERE B.bidtime >= B1.window_start AND B.bidtime < B1.window_end",
+}
+#: What a query means over the (row, window) pairs kept (a row dropped from some
+#: windows of its period only is in the others): q7's raw bids of a window are
+#: its pairs, as the bounds of its WHERE select them when nothing is dropped.
+REFERENCES = {
+    "q7": "SELECT B.bidtime, B.price, B.item, B1.window_start, B1.window_end FROM {tvf} B "
+    "JOIN (SELECT MAX(price) AS maxprice, window_start, window_end FROM {tvf} "
+    "GROUP BY window_start, window_end) B1 ON B.price = B1.maxprice "
+    "AND B.window_start = B1.window_start AND B.window_end = B1.window_end",
 }
 EMITS = ["", "EMIT AFTER WATERMARK"]
 CHECKPOINTS = [p for p, _, _ in BIDS]
@@ -97,7 +112,7 @@ def bounded_view(shape: str, tvf: str, bids, dead: pd.DataFrame, as_of: int) -> 
     named = pd.MultiIndex.from_frame(pairs[["bidtime", "window_start", "window_end"]])
     con = duckdb.connect()
     con.register("__w", pairs[~named.isin(dropped)])
-    return con.sql(QUERIES[shape].format(tvf="__w")).df()
+    return con.sql(REFERENCES.get(shape, QUERIES[shape]).format(tvf="__w")).df()
 
 
 def watermark_at(clock: str) -> pd.Timestamp:
@@ -155,6 +170,27 @@ def test_table_views_are_the_bounded_query(bids, shape: str, emit: str) -> None:
         ordered=False,
         what="dead letters",
     )
+
+
+def test_query_7_over_cumulate_is_kept_per_window(bids) -> None:
+    """Joined back to the stream within each window's bounds, the maxima of
+    cumulating windows are kept per window, freed by the watermark (the bounds
+    are within the shortest window of the period, so within every window); a
+    lower bound reaching before a shorter window's start keeps every row, exact."""
+    query = sql(text_of("q7", CUMULATE), {"Bid": bids})
+    assert "key the window bounds: state freed by the watermark" in query.explain()
+    run = query.run()
+    without_drops = bounded_view("q7", CUMULATE, bids, run.dead_letters[:0], millis(DAY, "10:07"))
+    plain = duckdb.connect()
+    frame = bids.frame[bids.frame[PTIME] <= millis(DAY, "10:07")].drop(columns=[PTIME])
+    plain.register("Bid", frame[frame["bidtime"].notna()])
+    plain.register("__w", sql(f"SELECT * FROM {CUMULATE}", {"Bid": frame}).to_pandas())
+    original = plain.sql(QUERIES["q7"].format(tvf="__w")).df()
+    assert_same_rows(rows(without_drops), rows(original), ordered=False, what="the reference")
+    reaching = text_of("q7", CUMULATE).replace(
+        "B.bidtime >= B1.window_start", "B.bidtime >= B1.window_end - INTERVAL '4' MINUTE"
+    )
+    assert "no key" in sql(reaching, {"Bid": bids}).explain()
 
 
 def test_the_general_path_has_the_fast_paths_views(bids) -> None:

@@ -113,7 +113,7 @@ KEYS = {
     "lag": (KeyKind.COLUMNS, ["bid.item"]),
     "running_sum": (KeyKind.NONE, []),
     "range_frame": (KeyKind.COLUMNS, ["bid.item"]),
-    "by_date": (KeyKind.COLUMNS, ["bid.item"]),
+    "by_date": (KeyKind.BUCKET, ["bid.item"]),
     "group_by": (KeyKind.COLUMNS, ["bid.item"]),
     "group_by_alias": (KeyKind.COLUMNS, ["bid.item"]),
     "global_count": (KeyKind.NONE, []),

@@ -192,6 +192,14 @@ def _column_types(plan: QueryPlan) -> dict[str, str]:
     return types
 
 
+def result_types(plan: QueryPlan) -> list[tuple[str, str]]:
+    """The query's result columns and their DuckDB types (as every runner's groups
+    compute them), bound over empty tables."""
+    con = _empty_tables(plan)
+    relation = con.sql(to_engine_sql(plan.query, "duckdb", columns_of(plan)))
+    return [(c, str(t)) for c, t in zip(relation.columns, relation.types, strict=True)]
+
+
 def validate(plan: QueryPlan) -> None:
     """Bind the query against empty tables of the real types (DuckDB), so that an
     unknown column or a type error is the same SqlError on every runner, before

@@ -13,8 +13,10 @@ streams' columns (``window_start AS starttime`` is still the window start), and
 the query's key: the parts common to all of them.
 
 A key part is the window (window bounds: groups are windows, freed by the
-watermark), the event time (groups are instants, freed by the watermark), or a
-plain column of every stream (groups are that column's values, kept forever:
+watermark), the event time (groups are instants, freed by the watermark), a
+bucket of the event time (``CAST(ts AS DATE)``: groups are its days, freed by the
+watermark as tumbling windows; :mod:`headwater.sql.plan.buckets`), or a plain
+column of every stream (groups are that column's values, kept forever:
 state grows with the distinct values). No part at all is one group holding
 every row. A query with no combining operator is exact per row.
 """
@@ -25,11 +27,13 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pyarrow as pa
 from sqlglot import exp
 
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.ddl import interval_ms, interval_sql
-from headwater.sql.parse.dialect import WindowTVF, position
+from headwater.sql.parse.dialect import Headwater, WindowTVF, position
+from headwater.sql.plan import buckets
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.translate import window_names
 
@@ -64,7 +68,16 @@ class NullSide:
     there, whatever their key, so partitioning by it is by no key."""
 
 
-Origin = StreamColumn | WindowBounds | NullSide
+@dataclass(frozen=True)
+class EventBucket:
+    """A bucket of ``size`` ms of stream ``table``'s event time (``CAST(ts AS
+    DATE)``: its day), aligned to the epoch."""
+
+    table: str
+    size: int
+
+
+Origin = StreamColumn | WindowBounds | NullSide | EventBucket
 WINDOW = WindowBounds()
 NULL_SIDE = NullSide()
 _EDGES = {
@@ -82,6 +95,7 @@ class KeyKind(enum.Enum):
     ROW = "row"  #: no combining operator: each row (event time) on its own
     WINDOW = "window"  #: the windows of the windowing TVF
     EVENT_TIME = "event time"  #: each event time on its own
+    BUCKET = "event-time bucket"  #: buckets of the event time (its days): tumbling windows
     COLUMNS = "columns"  #: the values of plain columns of every stream
     NONE = "none"  #: one group holding every row
 
@@ -121,11 +135,14 @@ class MaintenanceKey:
     #: the state time-to-live (ms) bounding a key's state the watermark does not
     #: free (:mod:`headwater.sql.plan.ttl`); None: kept while the query runs
     ttl: int | None = None
+    #: ``BUCKET``: the buckets' size (ms), and how the query writes the bucket
+    bucket: int = 0
+    bucket_text: str = ""
 
     @property
     def freed_by_watermark(self) -> bool:
         """Whether groups complete (their state is freed by the watermark)."""
-        return self.kind in (KeyKind.ROW, KeyKind.WINDOW, KeyKind.EVENT_TIME)
+        return self.kind in (KeyKind.ROW, KeyKind.WINDOW, KeyKind.EVENT_TIME, KeyKind.BUCKET)
 
     @property
     def expiring(self) -> int | None:
@@ -152,8 +169,10 @@ class MaintenanceKey:
             KeyKind.ROW: "each row on its own (no operator combines rows)",
             KeyKind.WINDOW: "key the window bounds",
             KeyKind.EVENT_TIME: "key the event time",
+            KeyKind.BUCKET: f"key the event time's {buckets.describe(self.bucket)} "
+            f"({self.bucket_text}, a tumbling window of one {buckets.describe(self.bucket)})",
         }[self.kind]
-        if self.kind is KeyKind.WINDOW and self.parts:
+        if self.kind in (KeyKind.WINDOW, KeyKind.BUCKET) and self.parts:
             what += " and " + ", ".join(p.describe() for p in self.parts)
         unused = f" (state.ttl = {interval_sql(self.ttl)} does not apply)" if self.ttl else ""
         return f"{what}: state freed by the watermark{unused}"
@@ -186,7 +205,8 @@ class _Tracer:
     def __init__(self, query: exp.Expression, catalog: Catalog, size: int | None) -> None:
         self.query = query
         self.catalog = catalog
-        #: the windows' size (ms; None for sessions, of no fixed size)
+        #: the windows' size (ms; of cumulating windows the shortest, the step: a
+        #: window bound is checked against it; None for sessions, of no fixed size)
         self.size = size
         self.ctes = {c.alias_or_name.lower(): c.this for c in query.find_all(exp.CTE)}
         #: reading a join's own condition (its padded side is not NULL there)
@@ -296,13 +316,34 @@ class _Tracer:
         return frozenset()
 
     def expression(self, node: exp.Expression, select: exp.Select) -> frozenset[Origin]:
-        """Origins of a plain column (aliased or in parentheses); an expression over
-        columns has none (it is coarser than its columns: not a key)."""
+        """Origins of a plain column (aliased or in parentheses), or of a bucket of
+        an event time; another expression over columns has none (it is coarser
+        than its columns: not a key)."""
         while isinstance(node, exp.Alias | exp.Paren):
             node = node.this
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
             return self.origins(node, select)
+        bucket = buckets.bucket_of(node)
+        if bucket is not None:
+            return self._bucket(bucket[0], self.expression(bucket[1], select))
         return frozenset()
+
+    def _bucket(self, size: int, of: frozenset[Origin]) -> frozenset[Origin]:
+        """The bucket of ``size`` of a value from ``of``: of a stream's event time (a
+        TIMESTAMP), or a coarser bucket of a bucket (the day of an hour)."""
+        found: set[Origin] = set()
+        for origin in of:
+            if isinstance(origin, EventBucket) and size % origin.size == 0:
+                found.add(EventBucket(origin.table, size))
+            elif isinstance(origin, StreamColumn) and origin.event_time and self._timestamp(origin):
+                found.add(EventBucket(origin.table, size))
+            else:
+                return frozenset()
+        return frozenset(found)
+
+    def _timestamp(self, column: StreamColumn) -> bool:
+        types = self.catalog.get(column.table).arrow_types()
+        return pa.types.is_timestamp(types.get(column.column, pa.null()))
 
 
 def _padded(select: exp.Select) -> set[str]:
@@ -712,6 +753,10 @@ def derive_key(
         return MaintenanceKey(KeyKind.WINDOW, tuple(parts), names)
     if any(_all_event_times(p, streams) for p in parts):
         return MaintenanceKey(KeyKind.EVENT_TIME, operators=names)
+    bucket = max((_bucket(m, streams) for m in members), default=0)
+    if bucket:
+        text = _bucket_text([*(p.node for p in found), query], bucket)
+        return MaintenanceKey(KeyKind.BUCKET, tuple(parts), names, bucket=bucket, bucket_text=text)
     if parts:
         return MaintenanceKey(KeyKind.COLUMNS, tuple(parts), names)
     return MaintenanceKey(KeyKind.NONE, operators=names)
@@ -733,6 +778,26 @@ def _part(members: set[Origin], streams: dict[str, Table]) -> KeyPart | None:
             return None
         chosen.append((name, mine.pop()))
     return KeyPart(tuple(chosen)) if chosen else None
+
+
+def _bucket(members: set[Origin], streams: dict[str, Table]) -> int:
+    """The size of the buckets of a class of buckets only, one of every stream's
+    event time, all of one size (0: not such a class)."""
+    found = {(m.table, m.size) for m in members if isinstance(m, EventBucket)}
+    if len(found) != len(members) or {t for t, _ in found} != set(streams):
+        return 0
+    sizes = {s for _, s in found}
+    return sizes.pop() if len(sizes) == 1 else 0
+
+
+def _bucket_text(nodes: list[exp.Expression], size: int) -> str:
+    """How the query writes its bucket key: the first bucket expression of that
+    size in the combining operators, else in the query."""
+    for node in (n for top in nodes for n in top.walk()):
+        bucket = buckets.bucket_of(node)
+        if bucket is not None and bucket[0] == size:
+            return buckets.written(node, Headwater)
+    return buckets.describe(size)
 
 
 def _all_event_times(part: KeyPart, streams: dict[str, Table]) -> bool:

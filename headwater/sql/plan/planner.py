@@ -7,6 +7,8 @@ functions (all of one query share one windowing) and a group's result is the
 query over the group's rows with the window columns set to the group's bounds
 (windowed aggregates, joins on window bounds, NEXMark Query 7, window Top-N).
 Keyed by the event time (or combining nothing), groups are single event times.
+Keyed by a bucket of the event time (``CAST(ts AS DATE)``), groups are the
+buckets, tumbling windows of the bucket's size (the query over a day's rows).
 Keyed by plain columns, or by nothing, groups are the key's values (or one
 group) in a global window: nothing is late, state grows with the key's values.
 """
@@ -108,6 +110,18 @@ def _window_fn(tvf: WindowTVF) -> tuple[WindowFn, tuple[str, ...]]:
     return Sessions(_ms(tvf, "gap")), keys
 
 
+def _shortest(fn: WindowFn | None) -> int | None:
+    """The length (ms) of the windows' shortest window, by which the key analysis
+    checks that a join bounds a raw stream's rows to a window: a bound within the
+    shortest window of a cumulating period (its step) is within every window of it,
+    as they all start at the period's start. None: sessions (no fixed length)."""
+    if isinstance(fn, FixedWindows | SlidingWindows):
+        return fn.size
+    if isinstance(fn, CumulativeWindows):
+        return fn.step
+    return None
+
+
 def _table_refs(query: exp.Expression) -> list[exp.Table]:
     """Table references that are tables, not CTE names (TVF data included)."""
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
@@ -151,7 +165,7 @@ def analyze(
         check_session_keys(query, catalog)
         windowed = _windowed(query, streams, windowing is not None)
         fn = windowing[0] if windowing else None
-        size = fn.size if isinstance(fn, FixedWindows | SlidingWindows) else None
+        size = _shortest(fn)
         key = derive_key(query, catalog, windowed, size)
         window_fn, group_mode = _groups(query, key, windowing, windowed)
         key = with_ttl(key, query, streams, state_ttl)
@@ -289,6 +303,8 @@ def _groups(
         return tvf[0], True
     if key.kind in (KeyKind.ROW, KeyKind.EVENT_TIME, KeyKind.WINDOW):
         return instant, tvf is None
+    if key.kind is KeyKind.BUCKET:  # a bucket of the event time is a tumbling window
+        return FixedWindows(timedelta(milliseconds=key.bucket)), tvf is None
     emit = query.args.get("emit")
     if emit is not None and emit.args.get("watermark"):
         line, col = position(emit)
@@ -297,8 +313,9 @@ def _groups(
             f"groups are not bounded in event time ({key.describe()})",
             line,
             col,
-            "Group by window bounds (FROM Tumble(...) ... GROUP BY wstart, wend) or by the "
-            "event time, or drop AFTER WATERMARK to see every change",
+            "Group by window bounds (FROM Tumble(...) ... GROUP BY wstart, wend), by the "
+            "event time or by its day (CAST(bidtime AS DATE)), or drop AFTER WATERMARK to see "
+            "every change",
         )
     return GlobalWindows(), False
 
