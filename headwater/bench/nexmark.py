@@ -193,6 +193,12 @@ def _timed(seconds: float, events: int, cores: int, rows: int) -> dict[str, Any]
     }
 
 
+def activate(spark) -> None:
+    """Make ``spark`` the calling thread's active session (in the JVM, where
+    ``SparkSession.getActiveSession()`` reads it): a new thread starts without one."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
 def started_session() -> Any:
     """The SparkSession, started and its workers checked before the clock (as for Spark's
     own queries): the first query timed does not pay them."""
@@ -234,6 +240,9 @@ def latency_headwater(name: str, args, plan: latency.Feed, work: Path) -> dict[s
 
     def run() -> None:
         try:
+            # This thread's own session is Spark's default one, whose query manager
+            # may not be ``spark``'s: make it ``spark``, where active_query looks.
+            activate(spark)
             list(run_script(text, runner="spark", checkpoint=str(root), follow=True))
         except Exception as exc:  # noqa: BLE001 - reported as the query's status
             errors.append(exc)
@@ -242,7 +251,9 @@ def latency_headwater(name: str, args, plan: latency.Feed, work: Path) -> dict[s
     runner.start()
     query = latency.active_query(spark, runner)
     if query is None:
-        runner.join()
+        for active in spark.streams.active:  # started too late to be measured
+            active.stop()
+        runner.join(latency.DRAIN_S)
         if errors and isinstance(errors[0], SqlError):
             return {"status": "refused", "reason": str(errors[0]).splitlines()[0]}
         return failed(errors[0] if errors else RuntimeError("no streaming query started"))
