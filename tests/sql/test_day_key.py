@@ -120,6 +120,10 @@ QUERIES = {
     "distinct hour": "SELECT DISTINCT DATE_FORMAT(bidtime, 'yyyy-MM-dd HH') AS h, channel FROM Bid",
     "day of hour": "SELECT CAST(DATE_TRUNC('hour', bidtime) AS DATE) AS d, "
     "COUNT(DISTINCT bidder) AS bidders FROM Bid GROUP BY 1",
+    "floor to hour": "SELECT FLOOR(bidtime TO HOUR) AS h, COUNT(*) AS n, MAX(price) AS top "
+    "FROM Bid GROUP BY FLOOR(bidtime TO HOUR)",
+    "floor to day": "SELECT channel, FLOOR(bidtime TO DAY) AS d, COUNT(DISTINCT bidder) AS b "
+    "FROM Bid GROUP BY 1, 2",
     "cte": "WITH daily AS (SELECT TRY_CAST(bidtime AS DATE) AS d, price FROM Bid) "
     "SELECT d, AVG(price) AS mean FROM daily GROUP BY d",
 }
@@ -164,6 +168,9 @@ def as_of_times(frame: pd.DataFrame) -> list[int]:
             "GROUP BY d) x",
             DAY,
         ),
+        ("SELECT FLOOR(bidtime TO DAY) AS d, COUNT(*) AS n FROM Bid GROUP BY 1", DAY),
+        ("SELECT COUNT(*) AS n FROM Bid GROUP BY floor(bidtime to minute)", 60_000),
+        ("SELECT COUNT(*) AS n FROM Bid GROUP BY FLOOR(bidtime TO SECOND)", 1_000),
     ],
 )
 def test_a_bucket_of_the_event_time_is_a_window_key(replays, text: str, size: int) -> None:
@@ -182,6 +189,9 @@ def test_a_bucket_of_the_event_time_is_a_window_key(replays, text: str, size: in
         "SELECT COUNT(*) AS n FROM Bid GROUP BY DATE_FORMAT(bidtime, 'yyyy-MM')",
         "SELECT COUNT(*) AS n FROM Bid GROUP BY DATE_FORMAT(bidtime, 'HH:mm')",
         "SELECT COUNT(*) AS n FROM Bid GROUP BY CAST(CAST(bidtime AS TIMESTAMPTZ) AS DATE)",
+        # a ceiling is no bucket: a row at midnight shares its value with the day before's
+        "SELECT COUNT(*) AS n FROM Bid GROUP BY CEIL(bidtime TO DAY)",
+        "SELECT COUNT(*) AS n FROM Bid GROUP BY FLOOR(bidtime TO MONTH)",
         # one operator by the hour, the other by the day: no bucket common to both
         "SELECT CAST(bidtime AS DATE) AS d, COUNT(*) AS n FROM (SELECT bidtime, ROW_NUMBER() "
         "OVER (PARTITION BY DATE_TRUNC('hour', bidtime) ORDER BY price) AS r FROM Bid) x "
@@ -205,6 +215,40 @@ def test_a_bucket_of_an_integer_event_time_is_no_bucket(tmp_path) -> None:
     text = "SELECT COUNT(*) AS n FROM T GROUP BY DATE_TRUNC('day', t)"
     plan = analyze(parse_query(text), Catalog({"T": table}))
     assert plan.key.kind is KeyKind.NONE
+
+
+def test_floor_to_a_unit_is_explained_as_written(replays) -> None:
+    text = "SELECT FLOOR(bidtime TO HOUR) AS h, COUNT(*) AS n FROM Bid GROUP BY 1"
+    explained = sql(text, tables=replays[1]).explain()
+    assert "key the event time's hour (FLOOR(bidtime TO HOUR), a tumbling window" in explained
+
+
+def test_floor_and_ceil_to_a_unit_are_flinks() -> None:
+    """FLOOR(ts TO unit) truncates; CEIL(ts TO unit) is the next boundary, ts itself
+    on one (Calcite's); a week (Flink's from Sunday) is refused at the unit."""
+    text = (
+        "SELECT FLOOR(t TO HOUR) AS f, CEIL(t TO HOUR) AS c, CEIL(t TO DAY) AS d, "
+        "FLOOR(t TO QUARTER) AS q FROM (VALUES (TIMESTAMP '2024-03-01 10:20:03'), "
+        "(TIMESTAMP '2024-03-01 11:00:00')) AS v(t)"
+    )
+    got = duckdb.sql(duckdb_text(text)).fetchall()
+    stamp = pd.Timestamp
+    assert got == [
+        (
+            stamp("2024-03-01 10:00"),
+            stamp("2024-03-01 11:00"),
+            stamp("2024-03-02"),
+            stamp("2024-01-01"),
+        ),
+        (
+            stamp("2024-03-01 11:00"),
+            stamp("2024-03-01 11:00"),
+            stamp("2024-03-02"),
+            stamp("2024-01-01"),
+        ),
+    ]
+    with pytest.raises(SqlError, match=r"line 1, column 52: FLOOR\(\.\.\. TO WEEK\)"):
+        parse_query("SELECT COUNT(*) FROM Bid GROUP BY FLOOR(bidtime TO WEEK)")
 
 
 # ------------------------------------------------------------------ exactness

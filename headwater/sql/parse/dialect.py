@@ -354,6 +354,47 @@ def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=matches, true=extract)])
 
 
+#: Flink's FLOOR / CEIL (ts TO unit) units, as DATE_TRUNC's (same meaning in DuckDB
+#: and Spark); the step CEIL adds (a quarter is three months). A week is not one:
+#: Flink's starts on Sunday, DuckDB's and Spark's DATE_TRUNC on Monday.
+_TIME_UNITS = {
+    "SECOND": ("1", "SECOND"),
+    "MINUTE": ("1", "MINUTE"),
+    "HOUR": ("1", "HOUR"),
+    "DAY": ("1", "DAY"),
+    "MONTH": ("1", "MONTH"),
+    "QUARTER": ("3", "MONTH"),
+    "YEAR": ("1", "YEAR"),
+}
+
+
+def _floor_ceil_time(node: exp.Floor | exp.Ceil, at: Token) -> exp.Expr:
+    """Flink's ``FLOOR(ts TO DAY)`` as ``DATE_TRUNC('DAY', ts)`` (a TimestampTrunc:
+    Spark's DATE_TRUNC, not its TRUNC of dates); ``CEIL(ts TO DAY)`` as the next
+    boundary, ``ts`` itself when it is one (Calcite's). Without TO: the number's."""
+    to = node.args.get("to")
+    if to is None:
+        return node
+    unit = to.name.upper()
+    if unit not in _TIME_UNITS:
+        units = ", ".join(_TIME_UNITS)
+        raise SqlError(
+            f"{type(node).__name__.upper()}(... TO {unit}) is not supported",
+            *token_position(at),
+            f"The units read are {units}",
+        )
+    trunc = exp.TimestampTrunc(this=node.this.copy(), unit=exp.Literal.string(unit))
+    if isinstance(node, exp.Floor):
+        trunc.meta["written"] = "FLOOR"  # the explain shows it as written
+        return trunc
+    count, step = _TIME_UNITS[unit]
+    on_boundary = exp.EQ(this=trunc.copy(), expression=node.this.copy())
+    following = exp.Add(
+        this=trunc, expression=exp.Interval(this=exp.Literal.string(count), unit=exp.var(step))
+    )
+    return exp.Case(ifs=[exp.If(this=on_boundary, true=node.this.copy())], default=following)
+
+
 def _is_group_window(args: list[_TvfArg]) -> bool:
     """``TUMBLE(t, INTERVAL ...)``: Flink's legacy group window (in GROUP BY), whose
     arguments are a column and intervals, never named, a table or a DESCRIPTOR."""
@@ -388,6 +429,8 @@ class HeadwaterParser(BaseParser):
         "HOP": lambda self: self._parse_window_tvf("HOP"),
         "SESSION": lambda self: self._parse_window_tvf("SESSION"),
         "CUMULATE": lambda self: self._refuse_bare_cumulate(),
+        "FLOOR": lambda self: _floor_ceil_time(self._parse_ceil_floor(exp.Floor), self._prev),
+        "CEIL": lambda self: _floor_ceil_time(self._parse_ceil_floor(exp.Ceil), self._prev),
         "TABLE": lambda self: self._parse_flink_window_tvf(),
     }
 

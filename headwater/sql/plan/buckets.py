@@ -38,7 +38,9 @@ _FORMATS = {
 
 def bucket_of(node: exp.Expression) -> tuple[int, exp.Expression] | None:
     """``(size in ms, the timestamp it buckets)`` when ``node``'s value fixes one
-    bucket of that size of its argument, else None."""
+    bucket of that size of its argument, else None. (Flink's ``FLOOR(ts TO DAY)``
+    is parsed as a truncation; ``CEIL(ts TO DAY)`` is none: a row at midnight
+    shares its value with the day before's rows.)"""
     if isinstance(node, exp.Cast):  # TRY_CAST too
         if node.to.this == exp.DataType.Type.DATE:
             return DAY, node.this
@@ -63,12 +65,14 @@ _JAVA = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss
 
 def written(node: exp.Expression, dialect) -> str:
     """A bucket expression as the user wrote it (a strftime format back as
-    DATE_FORMAT's Java pattern)."""
+    DATE_FORMAT's Java pattern, Flink's FLOOR(ts TO unit) as FLOOR)."""
     if isinstance(node, exp.TimeToStr):
         pattern = node.args["format"].name
         for directive, letters in _JAVA.items():
             pattern = pattern.replace(directive, letters)
         return f"DATE_FORMAT({node.this.sql(dialect=dialect)}, '{pattern}')"
+    if node.meta.get("written") == "FLOOR":
+        return f"FLOOR({node.this.sql(dialect=dialect)} TO {node.args['unit'].name})"
     return node.sql(dialect=dialect)
 
 

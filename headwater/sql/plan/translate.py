@@ -169,6 +169,15 @@ EXPANSIONS: dict[str, Expansion] = {
 }
 
 
+def _timestamp_trunc(node: exp.Expression) -> exp.Expression:
+    """``DATE_TRUNC(unit, t)`` as Spark's DATE_TRUNC, a timestamp as DuckDB's
+    (sqlglot writes a DateTrunc as Spark's TRUNC, of dates: NULL for a day or an hour)."""
+    if not isinstance(node, exp.DateTrunc):
+        return node
+    args = {k: v for k, v in node.args.items() if k in ("this", "unit", "zone") and v is not None}
+    return exp.TimestampTrunc(**args)
+
+
 def to_engine_sql(
     query: exp.Expression,
     target: str,
@@ -184,6 +193,8 @@ def to_engine_sql(
     eng = TARGETS[target]
     tree = query.copy()
     tree.set("emit", None)
+    if target == "spark":
+        tree = tree.transform(_timestamp_trunc)
     for tvf in list(tree.find_all(WindowTVF)):
         data = tvf.this
         name = data.name
