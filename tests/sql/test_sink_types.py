@@ -231,3 +231,35 @@ def test_a_select_star_that_needs_a_cast_is_refused(bids, tmp_path) -> None:
     with pytest.raises(SqlError, match=r"S\.v is INT: a SELECT \*") as info:
         list(run_script(script(bids, "item VARCHAR, v INT", select, sink)))
     assert "CAST(... AS INT)" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        "SELECT item, COUNT(*) FROM Bid GROUP BY item",  # an unnamed aggregate
+        "SELECT item AS thing, MAX(price) + 0 * COUNT(*) - MAX(price) + COUNT(*) FROM Bid "
+        "GROUP BY thing",  # a GROUP BY reading the query's own alias
+        "SELECT * FROM (SELECT item AS i, COUNT(*) AS c FROM Bid GROUP BY item) AS t",
+        "SELECT item, COUNT(*) AS c FROM Bid GROUP BY item ORDER BY c DESC, item LIMIT 9",
+    ],
+)
+@pytest.mark.parametrize("fmt", ["table", "changelog"])
+def test_the_rows_land_in_the_declared_columns_by_position(bids, tmp_path, select, fmt) -> None:
+    """INSERT INTO fills the sink's columns by position (Flink's and Spark's meaning):
+    the sink's columns are the declared ones, not the query's names."""
+    out = tmp_path / ("s.duckdb" if fmt == "table" else "log")
+    sink = f"'format' = '{fmt}', 'path' = '{out}'"
+    list(run_script(script(bids, "name VARCHAR, n BIGINT", select, sink)))
+    if fmt == "table":
+        with duckdb.connect(str(out)) as con:
+            columns = con.sql("DESCRIBE S").df()["column_name"].tolist()
+            got = con.sql("SELECT name, n FROM S ORDER BY name").fetchall()
+        assert [c for c in columns if not c.startswith("__")][:-1] == ["name", "n"]  # batch_id
+    else:
+        files = sorted(glob.glob(f"{out}/**/*.parquet", recursive=True))
+        log = pd.concat(pd.read_parquet(f) for f in files)
+        assert list(log.columns[:2]) == ["name", "n"]
+        added = Counter(map(tuple, log[~log["undo"].astype(bool)][["name", "n"]].values.tolist()))
+        added.subtract(map(tuple, log[log["undo"].astype(bool)][["name", "n"]].values.tolist()))
+        got = sorted(added.elements())
+    assert got == [("a", 2), ("b", 1), ("c", 1)]

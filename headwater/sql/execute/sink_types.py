@@ -138,8 +138,10 @@ def fit_to_sink(
     sink: str,
 ) -> exp.Expression:
     """``query`` (an INSERT's, whose result columns and DuckDB types are ``result``)
-    with its columns cast to the sink's ``declared`` types (by position), or the
-    same query when none needs it; SqlError where a cast can lose information."""
+    with its columns cast to the sink's ``declared`` types and named as the sink's
+    columns (by position: ``COUNT(*)`` fills the column declared there, not one
+    named ``count_star()``), or the same query when both already are; SqlError
+    where a cast can lose information."""
     names = list(declared)
     if len(result) != len(names):
         return query
@@ -160,7 +162,7 @@ def fit_to_sink(
         elif needs_cast(g, d):
             casts[i] = (declared[column], False)
     if not casts:
-        return query
+        return _renamed(query, [name for name, _ in result], names)
     if not isinstance(query, exp.Select) or any(item.is_star for item in items):
         at = next(iter(casts))
         raise SqlError(
@@ -181,22 +183,61 @@ def _projected(
     is ``CAST(TRUNC(c) AS BIGINT)``: DuckDB's TRUNC, Spark's CAST to BIGINT (sqlglot's
     translation), both toward zero."""
     inner = query.copy()
-    outer = exp.Select()
-    for arg in ("emit", "order", "limit"):
-        node = inner.args.get(arg)
-        if node is not None:
-            inner.set(arg, None)
-            outer.set(arg, node)
+    given = []
     for i, item in enumerate(inner.expressions):
         name = item.alias_or_name if isinstance(item, exp.Alias | exp.Column) else ""
         if not name:
             name = f"__c{i}"
             item.replace(exp.alias_(item.copy(), name, quoted=True))
+        given.append(name)
+    inner, outer = _outside(inner, given, names)
+    for i, name in enumerate(given):
         value: exp.Expression = exp.column(name, quoted=True)
         if i in casts:
             to, truncate = casts[i]
             value = exp.cast(exp.Trunc(this=value) if truncate else value, exp.DataType.build(to))
-        shown = name if name != f"__c{i}" else names[i]
-        outer.select(exp.alias_(value, shown, quoted=True), copy=False)
+        outer.select(exp.alias_(value, names[i], quoted=True), copy=False)
     sink = exp.TableAlias(this=exp.to_identifier("__sink"))
     return outer.from_(exp.Subquery(this=inner, alias=sink), copy=False)
+
+
+def _renamed(query: exp.Expression, given: list[str], names: list[str]) -> exp.Expression:
+    """``query`` with its result columns (named ``given``) named as the sink's
+    ``names``: a SELECT of named items is projected as for a cast; a ``SELECT *``
+    or set operation is read by its result names (unless two share one: then the
+    sink gets them as the query names them)."""
+    if given == names:
+        return query
+    items = query.expressions if isinstance(query, exp.Select) else []
+    if items and not any(item.is_star for item in items):
+        return _projected(query, names, {})
+    if len(set(given)) != len(given):
+        return query
+    inner, outer = _outside(query, given, names)
+    for name, declared in zip(given, names, strict=True):
+        outer.select(exp.alias_(exp.column(name, quoted=True), declared, quoted=True), copy=False)
+    sink = exp.TableAlias(this=exp.to_identifier("__sink"))
+    return outer.from_(exp.Subquery(this=inner, alias=sink), copy=False)
+
+
+def _outside(
+    query: exp.Expression, given: list[str], names: list[str]
+) -> tuple[exp.Expression, exp.Select]:
+    """A copy of ``query`` and the SELECT to read it in: its EMIT, ORDER BY and
+    LIMIT move out with the rows, an ORDER BY of a result column (``given``) by
+    its sink column's name (``names``)."""
+    inner = query.copy()
+    outer = exp.Select()
+    renames = {g.lower(): n for g, n in zip(given, names, strict=True)}
+
+    def by_sink_name(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in renames:
+            return exp.column(renames[node.name.lower()], quoted=True)
+        return node
+
+    for arg in ("emit", "order", "limit"):
+        node = inner.args.get(arg)
+        if node is not None:
+            inner.set(arg, None)
+            outer.set(arg, node.transform(by_sink_name) if arg == "order" else node)
+    return inner, outer
