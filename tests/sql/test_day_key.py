@@ -124,6 +124,16 @@ QUERIES = {
     "FROM Bid GROUP BY FLOOR(bidtime TO HOUR)",
     "floor to day": "SELECT channel, FLOOR(bidtime TO DAY) AS d, COUNT(DISTINCT bidder) AS b "
     "FROM Bid GROUP BY 1, 2",
+    # buckets of several sizes that nest: maintained per the coarser (the day)
+    "first of each hour per day": "SELECT CAST(bidtime AS DATE) AS d, COUNT(*) AS n, "
+    "SUM(price) AS s FROM (SELECT bidtime, price, ROW_NUMBER() OVER (PARTITION BY "
+    "DATE_TRUNC('hour', bidtime) ORDER BY price, id) AS r FROM Bid) x WHERE r = 1 GROUP BY 1",
+    "hourly top bidder per day": "SELECT DISTINCT FLOOR(bidtime TO DAY) AS d, bidder FROM "
+    "(SELECT bidder, bidtime, RANK() OVER (PARTITION BY FLOOR(bidtime TO HOUR) "
+    "ORDER BY price DESC) AS r FROM Bid) t WHERE r = 1",
+    "minutes in hours": "SELECT DATE_FORMAT(bidtime, 'yyyy-MM-dd HH') AS h, channel, "
+    "COUNT(*) AS n, MAX(m) AS busiest FROM (SELECT bidtime, channel, COUNT(*) OVER (PARTITION "
+    "BY channel, DATE_FORMAT(bidtime, 'yyyy-MM-dd HH:mm')) AS m FROM Bid) x GROUP BY 1, 2",
     "cte": "WITH daily AS (SELECT TRY_CAST(bidtime AS DATE) AS d, price FROM Bid) "
     "SELECT d, AVG(price) AS mean FROM daily GROUP BY d",
 }
@@ -192,10 +202,10 @@ def test_a_bucket_of_the_event_time_is_a_window_key(replays, text: str, size: in
         # a ceiling is no bucket: a row at midnight shares its value with the day before's
         "SELECT COUNT(*) AS n FROM Bid GROUP BY CEIL(bidtime TO DAY)",
         "SELECT COUNT(*) AS n FROM Bid GROUP BY FLOOR(bidtime TO MONTH)",
-        # one operator by the hour, the other by the day: no bucket common to both
+        # an hour shifted by half an hour does not nest in a day (nor is it a bucket)
         "SELECT CAST(bidtime AS DATE) AS d, COUNT(*) AS n FROM (SELECT bidtime, ROW_NUMBER() "
-        "OVER (PARTITION BY DATE_TRUNC('hour', bidtime) ORDER BY price) AS r FROM Bid) x "
-        "WHERE r = 1 GROUP BY 1",
+        "OVER (PARTITION BY DATE_TRUNC('hour', bidtime + INTERVAL '30' MINUTE) ORDER BY price) "
+        "AS r FROM Bid) x WHERE r = 1 GROUP BY 1",
     ],
 )
 def test_a_bucket_of_no_fixed_bounds_stays_a_plain_key(replays, text: str) -> None:
@@ -204,6 +214,29 @@ def test_a_bucket_of_no_fixed_bounds_stays_a_plain_key(replays, text: str) -> No
     assert "state grows" in query.explain()
     with pytest.raises(SqlError, match="EMIT AFTER WATERMARK needs groups"):
         sql(text + " EMIT AFTER WATERMARK", tables=replays[1])
+
+
+def test_nested_buckets_are_kept_per_the_coarsest(replays) -> None:
+    """An hour inside a day: the key is the day (its rows hold all its hours);
+    a plain column common to every operator is part of the key too."""
+    key = sql(QUERIES["first of each hour per day"], tables=replays[1]).plan.key
+    assert (key.kind, key.bucket, key.bucket_text) == (KeyKind.BUCKET, DAY, "CAST(bidtime AS DATE)")
+    key = sql(QUERIES["minutes in hours"], tables=replays[1]).plan.key
+    assert (key.kind, key.bucket) == (KeyKind.BUCKET, HOUR)
+    assert [p.describe() for p in key.parts] == ["bid.channel"]
+
+
+def test_a_bucket_with_an_operator_of_no_bucket_stays_a_plain_key(replays) -> None:
+    """One operator per minute of the event time, another per channel only (no
+    bucket): the minutes' groups span every time, so the key is the channel, kept."""
+    text = (
+        "SELECT channel, COUNT(*) AS n FROM (SELECT channel, ROW_NUMBER() OVER (PARTITION BY "
+        "channel, DATE_FORMAT(bidtime, 'yyyy-MM-dd HH:mm') ORDER BY price) AS r FROM Bid) x "
+        "WHERE r = 1 GROUP BY channel"
+    )
+    query = sql(text, tables=replays[1])
+    assert query.plan.key.kind is KeyKind.COLUMNS
+    assert "state grows with the distinct values of bid.channel" in query.explain()
 
 
 def test_a_bucket_of_an_integer_event_time_is_no_bucket(tmp_path) -> None:

@@ -15,7 +15,8 @@ the query's key: the parts common to all of them.
 A key part is the window (window bounds: groups are windows, freed by the
 watermark), the event time (groups are instants, freed by the watermark), a
 bucket of the event time (``CAST(ts AS DATE)``: groups are its days, freed by the
-watermark as tumbling windows; :mod:`headwater.sql.plan.buckets`), or a plain
+watermark as tumbling windows; :mod:`headwater.sql.plan.buckets`; operators by
+buckets of sizes that nest, an hour inside a day, are kept per the coarsest), or a plain
 column of every stream (groups are that column's values, kept forever:
 state grows with the distinct values). No part at all is one group holding
 every row. A query with no combining operator is exact per row.
@@ -754,6 +755,9 @@ def derive_key(
     if any(_all_event_times(p, streams) for p in parts):
         return MaintenanceKey(KeyKind.EVENT_TIME, operators=names)
     bucket = max((_bucket(m, streams) for m in members), default=0)
+    bucket = bucket or _nested_bucket(
+        [[classes.members(r) for r in mine] for mine in roots], streams
+    )
     if bucket:
         text = _bucket_text([*(p.node for p in found), query], bucket)
         return MaintenanceKey(KeyKind.BUCKET, tuple(parts), names, bucket=bucket, bucket_text=text)
@@ -788,6 +792,22 @@ def _bucket(members: set[Origin], streams: dict[str, Table]) -> int:
         return 0
     sizes = {s for _, s in found}
     return sizes.pop() if len(sizes) == 1 else 0
+
+
+def _nested_bucket(operators: list[list[set[Origin]]], streams: dict[str, Table]) -> int:
+    """Buckets of several sizes (an hour inside, the day outside): when every
+    operator partitions by a bucket of every stream's event time, and each
+    operator's finest bucket divides the coarsest of them, a group of the coarsest
+    bucket holds every row of each operator's partitions (a day's rows hold all
+    its hours): its size, else 0. ``operators``: each one's classes of origins."""
+    finest = []
+    for classes in operators:
+        sizes = [size for size in (_bucket(c, streams) for c in classes) if size]
+        if not sizes:
+            return 0
+        finest.append(min(sizes))
+    coarsest = max(finest, default=0)
+    return coarsest if all(coarsest % size == 0 for size in finest) else 0
 
 
 def _bucket_text(nodes: list[exp.Expression], size: int) -> str:
