@@ -63,7 +63,7 @@ from headwater.sql.execute.local import (
 from headwater.sql.execute.local import state_ttl as key_ttl
 from headwater.sql.execute.permissive import CARRIED, ERROR, event_time_sql
 from headwater.sql.execute.query import SqlQuery
-from headwater.sql.execute.spark_collect import collect_to_end
+from headwater.sql.execute.spark_collect import as_pandas, collect_to_end
 from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
@@ -188,7 +188,7 @@ class SparkSqlQuery(SqlQuery):
     def to_pandas(self, as_of: int | None = None) -> pd.DataFrame:
         try:
             if not self.plan.is_stream:
-                return self.bounded().toPandas()
+                return as_pandas(self.bounded())
             return super().to_pandas(as_of)
         except Exception as exc:  # Spark's (a worker's traceback): a user function's?
             error = function_error(str(exc))
