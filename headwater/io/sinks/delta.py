@@ -277,13 +277,15 @@ def cached_delta_jars() -> str | None:
     return ",".join(sorted(str(p) for p in cached.glob("*.jar")))
 
 
-def target_bounds(staged: pa.Table, on: Sequence[str]) -> list[str]:
+def target_bounds(staged: pa.Table, on: Sequence[str], quote=None) -> list[str]:
     """Literal ranges of the target rows a MERGE can match: for each match column
     of an ordered type (timestamp, date, integer) without nulls in the batch, its
     batch minimum to maximum. A matching target row has one of the batch's values,
     so the ranges change nothing; they let delta-rs skip the files whose column
     statistics lie outside (a batch of new windows reads none of the old ones),
-    so a MERGE costs what its batch touches, not the whole table."""
+    so a MERGE costs what its batch touches, not the whole table. ``quote``: the
+    SQL dialect's identifier quoting (default DataFusion's)."""
+    quote = quote or _q
     bounds = []
     for k in on:
         column = staged[k]
@@ -295,7 +297,7 @@ def target_bounds(staged: pa.Table, on: Sequence[str]) -> list[str]:
             lo, hi = (_literal(v.as_py()) for v in pc.min_max(column).values())
         except (ValueError, OverflowError):  # beyond Python's dates: no range
             continue
-        bounds += [f"(t.{_q(k)} >= {lo})", f"(t.{_q(k)} <= {hi})"]
+        bounds += [f"(t.{quote(k)} >= {lo})", f"(t.{quote(k)} <= {hi})"]
     return bounds
 
 
