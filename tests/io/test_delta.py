@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -117,6 +118,75 @@ def test_changelog_multiset_and_keyed(tmp_path):
     assert _rows(keyed.read(), ["k", "v"]) == [("y", 2)]
     keyed.write(log.iloc[4:], 2)
     assert _rows(keyed.read(), ["k", "v"]) == [("y", 3)]
+
+
+def _panes(windows, key, total, pane=0, retraction=False, tz="UTC", end_us=None):
+    """A pane batch as Arrow: one pane per window index (10 s windows)."""
+    start = 1_700_000_000_000_000 + np.asarray(windows, dtype=np.int64) * 10_000_000
+    end = start + 10_000_000 if end_us is None else np.full(len(start), end_us)
+    n = len(start)
+    return pa.table(
+        {
+            "key": pa.array(np.full(n, key), pa.int64()),
+            "window_start": pa.array(start, pa.timestamp("us", tz=tz)),
+            "window_end": pa.array(end, pa.timestamp("us", tz=tz)),
+            "total": pa.array(np.full(n, total), pa.int64()),
+            "pane_index": pa.array(np.full(n, pane), pa.int64()),
+            "is_retraction": pa.array(np.full(n, retraction)),
+        }
+    )
+
+
+@pytest.mark.parametrize("tz", ["UTC", None])
+def test_merge_reads_only_the_files_its_windows_can_touch(tmp_path, tz):
+    """A batch of new windows scans no file of the old ones (each MERGE bounds the
+    target by the batch's window range); a batch that also updates and retracts
+    old windows reads their files, and the table is still exactly the panes' view."""
+    sink = DeltaSink(tmp_path / "t", key=["key"])
+    batches = [
+        pa.concat_tables([_panes(range(10), 1, 1, tz=tz), _panes(range(10), 2, 2, tz=tz)]),
+        _panes(range(10, 20), 1, 3, tz=tz),
+        _panes(range(20, 30), 2, 4, tz=tz),
+    ]
+    for i, batch in enumerate(batches):
+        assert sink.write(batch, i)
+        assert sink.last_merge["num_target_files_scanned"] == 0
+        assert sink.last_merge["num_target_files_skipped_during_scan"] == i
+    mixed = pa.concat_tables(
+        [
+            _panes([5], 1, 50, pane=1, tz=tz),  # a later pane of an old window
+            _panes([12], 1, 3, pane=0, retraction=True, tz=tz),  # its retraction
+            _panes([1], 2, 99, pane=-1, tz=tz),  # an earlier pane: never over a later one
+            _panes(range(30, 32), 2, 6, tz=tz),
+        ]
+    )
+    assert sink.write(mixed, 3)
+    assert sink.last_merge["num_target_files_scanned"] >= 1
+    expected = {}
+    for batch in [*batches, mixed]:
+        for r in batch.to_pylist():
+            k = (r["key"], r["window_start"], r["window_end"])
+            if k in expected and r["pane_index"] < expected[k][1]:
+                continue
+            if r["is_retraction"]:
+                expected.pop(k, None)
+            else:
+                expected[k] = (r["total"], r["pane_index"])
+    table = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().to_pylist()
+    got = {(r["key"], r["window_start"], r["window_end"]): r["total"] for r in table}
+    assert len(table) == len(got) == 41
+    assert got == {k: v[0] for k, v in expected.items()}
+
+
+def test_merge_bounds_skip_values_beyond_python_dates(tmp_path):
+    """A window that ends at the end of time (beyond Python's dates) gets no range
+    on that column; the MERGE still matches it."""
+    end = 2**62  # microseconds: year ~146,000
+    sink = DeltaSink(tmp_path / "t", key=["key"])
+    sink.write(_panes([0, 1], 1, 1, end_us=end), 0)
+    sink.write(_panes([1, 2], 1, 2, pane=1, end_us=end), 1)
+    rows = DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    assert sorted(rows["total"].to_pylist()) == [1, 2, 2]
 
 
 def test_discarding_is_refused():

@@ -38,3 +38,23 @@ def test_spark_merge_sql_of_a_multiset_adds_counts():
     assert "ON t.`__row` <=> s.`__row`" in sql
     assert "WHEN MATCHED AND t.`__n` + s.`__n` <= 0 THEN DELETE" in sql
     assert "INSERT (`__row`, `x`, `__n`) VALUES (s.`__row`, s.`x`, s.`__n`)" in sql
+
+
+def test_spark_merge_sql_bounds_the_target_as_deltasink_does():
+    import pyarrow as pa
+
+    from headwater.io.sinks.delta import DELETE, StagedBatch
+
+    ts = pa.timestamp("us", tz="UTC")
+    rows = pa.table(
+        {
+            "key": ["a", "b"],
+            "window_start": pa.array([0, 10_000_000], ts),
+            "pane_index": [0, 0],
+            DELETE: [False, False],
+        }
+    )
+    sql = bench_delta.merge_sql(StagedBatch(rows, ("key", "window_start"), "pane_index"), "/t", "s")
+    low, high = "'1970-01-01T00:00:00+00:00'", "'1970-01-01T00:00:10+00:00'"
+    assert f"ON (t.`window_start` >= {low}) AND (t.`window_start` <= {high}) AND " in sql
+    assert "t.`key` <=> s.`key`" in sql and "`key` >=" not in sql
