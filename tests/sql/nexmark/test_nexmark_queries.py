@@ -349,7 +349,7 @@ def status_row(name: str, data: Path) -> str:
     else:
         status, why = "runs, equals the bounded query (Flink's meaning)", ""
     operators = ", ".join(plan.key.operators) or "none (row by row)"
-    return f"| {name} | {status} | {why} | {operators} | {plan.key.describe()} |"
+    return f"| {name} | {status} | {why} | {operators} | {plan.maintenance()} |"
 
 
 def status_table(data: Path) -> str:
