@@ -30,6 +30,11 @@ QUERIES = {
         "(SELECT k1, MAX(k2) AS k2, MAX(v) AS m FROM T GROUP BY k1) S GROUP BY k2",
         True,
     ),
+    "latest of each": (
+        "SELECT k2, MIN(t) AS t, MAX(m) AS m FROM "
+        "(SELECT k1, MAX(k2) AS k2, MAX(ts) AS t, MAX(v) AS m FROM T GROUP BY k1) S GROUP BY k2",
+        True,
+    ),
     "count of groups": (
         "SELECT COUNT(*) AS n, SUM(s) AS total FROM (SELECT k1, SUM(v) AS s FROM T GROUP BY k1) S",
         True,

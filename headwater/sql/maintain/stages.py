@@ -28,7 +28,7 @@ from headwater.sql.plan.translate import to_engine_sql
 
 #: The untyped rows of stage 2's input; :data:`STAGE_INPUT` casts them to stage 1's types.
 _RAW = "__stage1_rows"
-_SEQ = "__hw_seq"
+_COUNT = "__hw_n"
 
 KeyOf = Callable[[pd.DataFrame], np.ndarray]
 
@@ -37,20 +37,15 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _numbered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Each row with its occurrence number among equal rows (a multiset as a set)."""
-    return frame.assign(**{_SEQ: frame.groupby(columns, dropna=False, sort=False).cumcount()})
-
-
-def minus(rows: pd.DataFrame, gone: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """The multiset ``rows`` less ``gone`` (one occurrence per row of ``gone``)."""
-    if not len(gone):
-        return rows
-    both = _numbered(rows, columns).merge(
-        _numbered(gone[columns], columns), how="left", on=[*columns, _SEQ], indicator=True
-    )
-    kept = both[both["_merge"] == "left_only"]
-    return kept.drop(columns=[_SEQ, "_merge"]).reset_index(drop=True)
+def net(rows: pd.DataFrame, sign: np.ndarray, columns: list[str]) -> pd.DataFrame:
+    """The multiset of ``rows`` counted by ``sign`` (+1 a row added, -1 withdrawn):
+    each distinct row as often as its count, if positive."""
+    counted = rows[columns].assign(**{_COUNT: sign})
+    total = counted.groupby(columns, dropna=False, sort=False)[_COUNT].sum()
+    total = total[total.to_numpy() > 0]
+    kept = total.index.repeat(total.to_numpy(np.int64)).to_frame(index=False)
+    kept.columns = columns
+    return kept
 
 
 class SecondStage:
@@ -103,9 +98,9 @@ class SecondStage:
         rows = changes[self.inputs].reset_index(drop=True)
         rows[GROUP_KEY] = self.key_of(rows) if self.keyed else ONE_GROUP[0]
         columns = [*self.inputs, GROUP_KEY]
-        added = rows[~undo]
-        grown = pd.concat([self.view, added], ignore_index=True) if len(added) else self.view
-        self.view = minus(grown, rows[undo], columns)
+        both = pd.concat([self.view, rows], ignore_index=True) if len(self.view) else rows
+        sign = np.r_[np.ones(len(self.view), np.int64), np.where(undo, -1, 1)]
+        self.view = net(both, sign, columns)
         touched = pd.unique(rows[GROUP_KEY].to_numpy(object))
         mine = self.view[self.view[GROUP_KEY].isin(touched).to_numpy(bool)]
         fired = pd.DataFrame({"__gk": touched, "__gs": ONE_GROUP[1], "__ge": ONE_GROUP[2]})
