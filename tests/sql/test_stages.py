@@ -13,7 +13,7 @@ import random
 import duckdb
 import pandas as pd
 import pytest
-from sql_helpers import assert_same_rows, millis, rows, write_replay
+from sql_helpers import assert_same_rows, changelog_order, millis, rows, write_replay
 
 from headwater.sql import read_replay, sql
 from headwater.sql.execute.local import run_stream
@@ -22,6 +22,7 @@ from headwater.sql.plan.keys import KeyKind
 
 DAY = "2024-01-01"
 COLUMNS = ("ts", "k1", "k2", "v")
+TYPES = {"k1": "VARCHAR", "k2": "VARCHAR", "v": "BIGINT"}
 #: (query, whether its result names stage 2's key: then a group's rows are its own
 #: and the changelog equals the one-group run's row for row)
 QUERIES = {
@@ -71,8 +72,7 @@ def _steps(seed: int) -> list[tuple]:
 def replay(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("stages") / f"t{request.param}.jsonl"
     write_replay(path, DAY, _steps(request.param), "ts", COLUMNS)
-    types = {"k1": "VARCHAR", "k2": "VARCHAR", "v": "BIGINT"}
-    return {"T": read_replay(str(path), "T", "ts", types)}
+    return {"T": read_replay(str(path), "T", "ts", TYPES)}
 
 
 def _bounded(text: str, tables, as_of: int) -> list[tuple]:
@@ -131,3 +131,22 @@ def test_explain_names_each_stage_its_key_and_state(replay):
 )
 def test_queries_not_in_stages(text, replay):
     assert sql(text, replay).plan.stages == ()
+
+
+@pytest.mark.spark
+def test_spark_replay_in_stages_equals_local(spark, tmp_path):
+    """On Spark a replay runs stage 1 on the streaming runner and stage 2 over its
+    changelog: the changelog equals the local runner's, row for row."""
+    from headwater.sql.execute.spark import SparkSqlQuery
+
+    path = tmp_path / "t.jsonl"
+    write_replay(path, DAY, _steps(1), "ts", COLUMNS)
+    tables = {"T": read_replay(str(path), "T", "ts", TYPES)}
+    text = QUERIES["avg of max"][0]
+    on_spark = SparkSqlQuery(text, tables, spark=spark)
+    assert "on Spark: a replay runs stage 1 on the streaming runner" in on_spark.explain()
+    spark_run = on_spark.run(None)
+    local = sql(text, tables).run(None)
+    assert len(local.changelog)
+    assert spark_run.columns == local.columns
+    assert rows(changelog_order(spark_run.changelog)) == rows(changelog_order(local.changelog))
