@@ -189,7 +189,8 @@ def analyze(
     staged: tuple[Stage, ...] = ()
     first = None
     found = split(group_query) if key.kind is KeyKind.NONE and key.ttl is None else None
-    if found is not None and emit.delay is None:
+    # corrections recompute a stream's groups from its archive as one query: kept one
+    if found is not None and emit.delay is None and not any(t.correction for t in streams):
         first = analyze(found.inner.copy(), catalog, name, functions, state_ttl)
         staged = stages(group_query, first.key)
     return QueryPlan(

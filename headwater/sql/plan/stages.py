@@ -13,7 +13,9 @@ A query is split when it is one group as a whole and has this shape: an outer
 aggregate (``GROUP BY`` of plain columns, or a global aggregate) reading one
 subquery in FROM and nothing else (no join, DISTINCT, window function, nested
 subquery, set operation or grouping sets of its own), whose subquery is keyed
-by plain columns (state in a global window: nothing is late in either stage).
+by plain columns (state in a global window: nothing is late in either stage),
+with no state time-to-live, no ``AFTER DELAY`` and no stream with corrections
+(the planner checks these).
 Stage 2's key is the outer GROUP BY's columns of the subquery (an expression
 among them is left out: a coarser key is exact too); a global aggregate's is
 none, one group re-evaluated at each step that changed stage 1.
