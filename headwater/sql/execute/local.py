@@ -47,6 +47,7 @@ from headwater.sql.maintain.groups import (
     StreamLayout,
     sql_typed,
 )
+from headwater.sql.maintain.stages import SecondStage
 from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.calls import argument_error
 from headwater.sql.plan.catalog import PTIME, event_millis
@@ -363,16 +364,21 @@ def group_keys(
         first, *rest = (frame[k].astype(str) for k in plan.keys)
         return (first.str.cat(rest, sep="|") if rest else first).to_numpy(object)
     if keyed_by_columns(plan):
-        parts = [key_text(frame[c]) for c in plan.key.columns_of(table)]
-        text = parts[0]
-        for part in parts[1:]:
-            text = text + "|" + part
-        return text
+        return joined_key_text(frame, plan.key.columns_of(table))
     fn = plan.window_fn
     if isinstance(fn, FixedWindows | CumulativeWindows):
         ms = np.nan_to_num(event_ms, nan=0.0).astype(np.int64)
         return (ms - np.mod(ms - fn.offset, fn.size)).astype(str).astype(object)
     return np.full(len(frame), ONE_GROUP[0], dtype=object)
+
+
+def joined_key_text(frame: pd.DataFrame, columns) -> np.ndarray:
+    """The key text of each row of ``frame`` by ``columns`` (:func:`key_text`, ``|``-joined)."""
+    parts = [key_text(frame[c]) for c in columns]
+    text = parts[0]
+    for part in parts[1:]:
+        text = text + "|" + part
+    return text
 
 
 #: A NULL key value's text (no value's text).
@@ -429,10 +435,38 @@ def run_stream(plan: QueryPlan, as_of: int | None = None, batched: bool = True) 
     for table in plan.streams:
         if not table.is_replay:
             raise SqlError(f"table {table.name!r} is a Spark stream: run it with runner='spark'")
+    if plan.stages:
+        return run_stages(plan, run_stream(plan.first_stage, as_of, batched))
     sql = compile_sql(plan, batched=batched)
     if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
         return SqlRun(*sql.run_local(steps_of, as_of))
     return _replay(sql, as_of)
+
+
+def run_stages(plan: QueryPlan, run: SqlRun) -> SqlRun:
+    """A query in stages (:mod:`headwater.sql.plan.stages`) from ``run``, stage 1's
+    run (on any runner): its changelog fed step by step to stage 2 (one DuckDB
+    query a step); the dead letters are stage 1's, which reads every stream."""
+    second = plan.stages[1]
+    stage = SecondStage(
+        second,
+        result_types(plan.first_stage),
+        lambda rows: joined_key_text(rows, second.columns),
+        plan.name,
+        plan.functions,
+        {t.name: t.local_frame() for t in plan.tables},
+    )
+    log = run.changelog
+    start = min(START, int(log["ptime"].min())) if len(log) else START
+    parts = [stage.begin(start)]
+    parts += [stage.step(changes, int(now)) for now, changes in log.groupby("ptime", sort=True)]
+    full = [p for p in parts if len(p)]
+    if not full:
+        return SqlRun(stage.columns, parts[0], run.dead_letters)
+    # a column NULL in the start's rows takes its type from the later rows
+    typed = [full[0].dropna(axis=1, how="all"), *full[1:]] if len(full) > 1 else full
+    changelog = pd.concat(typed, ignore_index=True)[list(full[-1].columns)]
+    return SqlRun(stage.columns, changelog, run.dead_letters)
 
 
 def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:

@@ -157,6 +157,11 @@ class SqlQuery:
         streams = ", ".join(repr(t.name) for t in self.plan.streams) or "none"
         raise SqlError(f"the query reads no stream {table!r} (its streams: {streams})")
 
+    def stage_notes(self) -> list[str]:
+        """What this runner does otherwise with the query's stages (none here: the
+        local runner maintains each by its own key)."""
+        return []
+
     def explain(self) -> str:
         """How the query runs: its tables, event-time groups, EMIT trigger and
         path (the windowed-aggregate fast path, or the general path and why)."""
@@ -169,7 +174,8 @@ class SqlQuery:
             lines.append(f"  table {t.name}: bounded")
         if plan.is_stream:
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
-            lines.append(f"  maintenance: {plan.key.describe()}")
+            lines.append(f"  maintenance: {plan.maintenance()}")
+            lines += [f"  {note}" for note in self.stage_notes()]
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
             path = describe_path(plan)

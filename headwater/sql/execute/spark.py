@@ -53,6 +53,7 @@ from headwater.sql.execute.local import (
     is_keyed,
     keyed_by_columns,
     row_letters,
+    run_stages,
     steps_of,
     union_rows,
     with_start,
@@ -69,6 +70,7 @@ from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.plan.functions import Functions, function_error, register_spark
+from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -142,6 +144,19 @@ class SparkSqlQuery(SqlQuery):
         super().__init__(text, tables, name, functions, state_ttl=state_ttl)
         self.spark = spark or spark_session()
 
+    def stage_notes(self) -> list[str]:
+        """How Spark runs a query in stages: stage 1 in the streaming runner; stage 2
+        over its changelog on the driver for a replay (collected there anyway), and
+        not at all for a started stream (``start``/``write``), where Spark's one
+        streaming query keeps the whole query as one group."""
+        if not self.plan.stages:
+            return []
+        return [
+            "on Spark: a replay runs stage 1 on the streaming runner and stage 2 on the driver "
+            "over stage 1's collected changelog; a started stream (start, write to a sink) "
+            f"maintains the stages together ({self.plan.key.describe()})"
+        ]
+
     def _frames(self):
         """Each table as a Spark DataFrame, and its event-time column (or None)."""
         times = event_times(self.plan)
@@ -198,8 +213,16 @@ class SparkSqlQuery(SqlQuery):
 
     def _stream_run(self, as_of: int | None) -> SqlRun:
         """The replay through the Spark streaming runner (corrections, when a
-        stream asks for them, recompute from the archive as on the local runner)."""
-        sql = compile_sql(self.plan)
+        stream asks for them, recompute from the archive as on the local runner).
+        A query in stages runs stage 1 so, and stage 2 over its changelog, which
+        the replay collects to the driver (docs/sql.md, "Stages")."""
+        if self.plan.stages:
+            return run_stages(self.plan, self._replay(self.plan.first_stage, as_of))
+        return self._replay(self.plan, as_of)
+
+    def _replay(self, plan: QueryPlan, as_of: int | None) -> SqlRun:
+        """``plan`` (this query's, or its stage 1's) through the streaming runner."""
+        sql = compile_sql(plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
             from headwater.sql.execute.aggregate_spark import run_replay
 
@@ -218,7 +241,7 @@ class SparkSqlQuery(SqlQuery):
     def _compile(self, sql: SqlPlan, stream, watermark=None, carry=(), end_of_input=None):
         plan = build_plan(
             Schema.of({f.name: of_spark(f.dataType) for f in stream.schema.fields}),
-            keys=("key",) if is_keyed(self.plan) else (),
+            keys=("key",) if is_keyed(sql.query) else (),
             event_time="ts",
             windowing=sql.strategy,
             aggregations=sql.aggregations,
@@ -233,7 +256,7 @@ class SparkSqlQuery(SqlQuery):
             timestamps="ms",
             carry=carry,
             end_of_input=end_of_input,
-            state_ttl=key_ttl(self.plan),
+            state_ttl=key_ttl(sql.query),
         )
 
     # -- Spark streaming sources

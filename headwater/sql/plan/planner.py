@@ -44,6 +44,7 @@ from headwater.sql.plan.keys import (
     derive_key,
 )
 from headwater.sql.plan.quality import plan_quality
+from headwater.sql.plan.stages import Stage, split, stages
 from headwater.sql.plan.ttl import with_ttl
 
 
@@ -66,6 +67,11 @@ class QueryPlan:
     allowed_lateness: int
     #: The user functions the query calls.
     functions: tuple[ScalarFunction, ...] = ()
+    #: The stages of a query one group as a whole whose parts have keys of their
+    #: own (:mod:`headwater.sql.plan.stages`); () when it is maintained as one.
+    stages: tuple[Stage, ...] = ()
+    #: stage 1's own plan (the subquery over the streams) of a query in stages
+    first_stage: QueryPlan | None = None
 
     def windowing(self) -> WindowingStrategy:
         """The model's windowing of the query's event-time groups: its window, the
@@ -91,6 +97,14 @@ class QueryPlan:
     @property
     def is_stream(self) -> bool:
         return bool(self.streams)
+
+    def maintenance(self) -> str:
+        """The query's key and how its state grows; of a query in stages, each
+        stage's (``explain()``, docs/sql.md's NEXMark table)."""
+        if not self.stages:
+            return self.key.describe()
+        each = "; ".join(s.describe() for s in self.stages)
+        return f"in {len(self.stages)} stages (as one query: {self.key.describe()}); {each}"
 
 
 def _ms(tvf: WindowTVF, arg: str) -> timedelta:
@@ -172,6 +186,13 @@ def analyze(
         at = tvfs[0] if tvfs else query
         streams = plan_quality(query, streams, windowing[0] if tvfs else None, at)
     group_query, order = _split_order(query, emit, bool(streams))
+    staged: tuple[Stage, ...] = ()
+    first = None
+    found = split(group_query) if key.kind is KeyKind.NONE and key.ttl is None else None
+    # corrections recompute a stream's groups from its archive as one query: kept one
+    if found is not None and emit.delay is None and not any(t.correction for t in streams):
+        first = analyze(found.inner.copy(), catalog, name, functions, state_ttl)
+        staged = stages(group_query, first.key)
     return QueryPlan(
         name=name,
         query=query,
@@ -186,6 +207,8 @@ def analyze(
         tables=tables,
         allowed_lateness=max((t.allowed_lateness for t in streams), default=0),
         functions=called(query, functions or {}),
+        stages=staged,
+        first_stage=first if staged else None,
     )
 
 
