@@ -66,6 +66,9 @@ class QueryPlan:
     allowed_lateness: int
     #: The user functions the query calls.
     functions: tuple[ScalarFunction, ...] = ()
+    #: Whether a plain windowed aggregate may take the fast path (False: the
+    #: general path runs it, so tests and users can compare the two paths).
+    fast_path: bool = True
 
     def windowing(self) -> WindowingStrategy:
         """The model's windowing of the query's event-time groups: its window, the
@@ -134,11 +137,13 @@ def analyze(
     name: str = "query",
     functions: Mapping[str, ScalarFunction] | None = None,
     state_ttl: int | None = None,
+    fast_path: bool = True,
 ) -> QueryPlan:
     """Resolve ``query``'s tables and windowing against ``catalog``; SqlError if
     it cannot run (with the position of the offending token). ``functions``: the
     user functions by lower-case name; ``state_ttl``: the query's state
-    time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own."""
+    time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own;
+    ``fast_path``: whether a plain windowed aggregate may take the fast path."""
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
     windowing: tuple[WindowFn, tuple[str, ...]] | None = None
@@ -186,6 +191,7 @@ def analyze(
         tables=tables,
         allowed_lateness=max((t.allowed_lateness for t in streams), default=0),
         functions=called(query, functions or {}),
+        fast_path=fast_path,
     )
 
 
