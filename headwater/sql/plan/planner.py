@@ -33,6 +33,7 @@ from headwater.model.windows import (
 )
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.dialect import WindowTVF, position
+from headwater.sql.plan.casts import truncating_casts
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.emit import Materialization
 from headwater.sql.plan.functions import ScalarFunction, called
@@ -144,6 +145,7 @@ def analyze(
     user functions by lower-case name; ``state_ttl``: the query's state
     time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own;
     ``fast_path``: whether a plain windowed aggregate may take the fast path."""
+    query = truncating_casts(query, [catalog.get(t.name, t) for t in _table_refs(query)])
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
     windowing: tuple[WindowFn, tuple[str, ...]] | None = None
