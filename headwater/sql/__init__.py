@@ -32,6 +32,7 @@ def sql(
     runner="local",
     functions=None,
     state_ttl=None,
+    fast_path: bool = True,
 ):
     """Bind ``query`` to ``tables`` (name -> pandas/Spark DataFrame, an
     ``hw.from_pandas``/``hw.from_spark`` source, or :func:`read_replay`).
@@ -41,11 +42,21 @@ def sql(
     ``functions``: the Python functions the query calls (:func:`function`; a
     list, or a mapping name -> function). ``state_ttl``: drop a key's state once
     no row of it arrived for this long (``"1 hour"``; docs/sql.md, "State
-    time-to-live"). Returns an :class:`~headwater.sql.execute.query.SqlQuery`.
+    time-to-live"). ``fast_path=False``: a plain windowed aggregate runs on the
+    general path too (to compare the two; ``explain()`` says so). Returns an
+    :class:`~headwater.sql.execute.query.SqlQuery`.
     """
     from headwater.sql.bind import bind
 
-    return bind(query, tables, name=name, runner=runner, functions=functions, state_ttl=state_ttl)
+    return bind(
+        query,
+        tables,
+        name=name,
+        runner=runner,
+        functions=functions,
+        state_ttl=state_ttl,
+        fast_path=fast_path,
+    )
 
 
 def __getattr__(name: str) -> Any:

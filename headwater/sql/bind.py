@@ -16,17 +16,21 @@ def bind(
     runner="local",
     functions=None,
     state_ttl=None,
+    fast_path: bool = True,
 ):
     """A :class:`~headwater.sql.execute.query.SqlQuery` of ``query`` (text or parsed) over
     ``tables`` on ``runner`` (``"local"`` or ``"spark"``), calling ``functions``
     (:class:`~headwater.sql.plan.functions.ScalarFunction`, a list or by name);
-    ``state_ttl``: the query's state time-to-live (:mod:`headwater.sql.plan.ttl`)."""
+    ``state_ttl``: the query's state time-to-live (:mod:`headwater.sql.plan.ttl`);
+    ``fast_path``: whether a plain windowed aggregate may take the fast path."""
     if runner == "spark":
         from headwater.sql.execute.spark import SparkSqlQuery
 
-        return SparkSqlQuery(query, tables or {}, name, functions, state_ttl=state_ttl)
+        return SparkSqlQuery(
+            query, tables or {}, name, functions, state_ttl=state_ttl, fast_path=fast_path
+        )
     if runner != "local":
         raise SqlError(f"unknown runner {runner!r}", hint="Use runner='local' or runner='spark'")
     from headwater.sql.execute.query import SqlQuery
 
-    return SqlQuery(query, tables or {}, name, functions, state_ttl=state_ttl)
+    return SqlQuery(query, tables or {}, name, functions, state_ttl=state_ttl, fast_path=fast_path)

@@ -16,7 +16,6 @@ from headwater.model.plan import PlanError
 from headwater.sql import read_replay, sql
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.dialect import parse, source_def
-from headwater.sql.plan.fast_path import general_path
 
 TUMBLE = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '10' MINUTE)"
 #: (ptime, rows (bidtime, price, score, item), watermark) on 2024-01-01
@@ -289,9 +288,9 @@ def test_result_types_follow_sql(stream, table, path: str) -> None:
         assert "fast path" in query.explain()
         frames = [query.changelog(), query.to_pandas()]
     else:
-        with general_path():
-            query = sql(RESULT_TYPES, stream)
-            frames = [query.changelog(), query.to_pandas()]
+        query = sql(RESULT_TYPES, stream, fast_path=False)
+        assert "runs on: general path" in query.explain()
+        frames = [query.changelog(), query.to_pandas()]
     for frame in frames:
         assert _dtypes(frame) == SQL_TYPES
         assert sorted(frame["total"].tolist())[-1] == 10  # A: 3 + 7

@@ -17,7 +17,6 @@ import pytest
 
 import headwater as hw
 from headwater.io.arrival import in_arrival_order
-from headwater.sql.plan.fast_path import general_path
 
 pytestmark = pytest.mark.spark
 
@@ -41,8 +40,8 @@ GROUP BY k, wstart, wend
 """
 
 
-def query(text, table, runner):
-    return hw.sql(text, {"t": table}, runner=runner)
+def query(text, table, runner, fast_path: bool = True):
+    return hw.sql(text, {"t": table}, runner=runner, fast_path=fast_path)
 
 
 def as_records(frame: pd.DataFrame, columns) -> list[tuple]:
@@ -143,12 +142,9 @@ def stream_letters(q) -> pd.DataFrame:
 @pytest.mark.parametrize("runner", ["local", "spark"])
 @pytest.mark.parametrize("path", ["fast", "general"])
 def test_stream_dead_letters_keep_every_column_of_the_row(spark, runner, path):
-    q = query(WINDOWED + " EMIT STREAM", replay(), runner)
-    if path == "general":
-        with general_path():
-            log, letters = q.changelog(), stream_letters(q)
-    else:
-        log, letters = q.changelog(), stream_letters(q)
+    q = query(WINDOWED + " EMIT STREAM", replay(), runner, fast_path=path == "fast")
+    assert f"runs on: {path} path" in q.explain()
+    log, letters = q.changelog(), stream_letters(q)
     assert sorted(letters["reason"]) == ["late", "null_event_time"]
     assert as_records(letters, ROWS.columns) == as_records(ROWS.iloc[[2, 4]], ROWS.columns)
     kept(letters, ROWS)
@@ -181,26 +177,17 @@ def live(spark, tmp_path, text, parts, path="fast"):
     )
     table = Table("t", spark=stream, event_time="ts", watermark=BoundedOutOfOrderness(10_000))
     got: dict[str, list] = {"log": [], "dead": []}
-    q = SparkSqlQuery(text, {"t": table}, spark=spark)
-    with general_path() if path == "general" else _nothing():
-        handle = q.start(
-            checkpoint_location=str(tmp_path / "checkpoint"),
-            sink=lambda b, i: got["log"].append(b.toPandas()),
-            dead_letter_sink=lambda b, i: got["dead"].append(b.toPandas()),
-            trigger={"availableNow": True},
-        )
+    q = SparkSqlQuery(text, {"t": table}, spark=spark, fast_path=path == "fast")
+    handle = q.start(
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        sink=lambda b, i: got["log"].append(b.toPandas()),
+        dead_letter_sink=lambda b, i: got["dead"].append(b.toPandas()),
+        trigger={"availableNow": True},
+    )
     handle.awaitTermination(300)
     assert handle.exception() is None
     dead = [d for d in got["dead"] if len(d)]
     return pd.concat(got["log"], ignore_index=True), pd.concat(dead, ignore_index=True)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 #: On a live stream: the first rows, then a row far later (the watermark passes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,8 @@ from headwater.model.combiners import CountDistinct
 from headwater.sql import read_replay
 from headwater.sql.execute.aggregate_local import AggregatePlan, with_keys
 from headwater.sql.execute.local import SqlPlan, compile_sql, run_stream
-from headwater.sql.plan.fast_path import enabled, general_path, why_not
+from headwater.sql.plan.fast_path import why_not
+from headwater.sql.plan.planner import QueryPlan
 
 BASE = pd.Timestamp("2020-04-15T08:00:00")
 TUMBLE = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '5' MINUTE)"
@@ -153,11 +155,15 @@ def both_paths(table, text: str, keys: tuple[str, ...]):
     query = hw.sql(text, {"Bid": table})
     fast = compile_sql(query.plan)
     assert isinstance(fast, AggregatePlan), why_not(query.plan)
-    with general_path():
-        general_plan = with_keys(query.plan, keys)
-        assert isinstance(compile_sql(general_plan), SqlPlan)
-        general = run_stream(general_plan)
-    return run_stream(query.plan), general, query
+    general_plan = general(with_keys(query.plan, keys))
+    assert isinstance(compile_sql(general_plan), SqlPlan)
+    general_run = run_stream(general_plan)
+    return run_stream(query.plan), general_run, query
+
+
+def general(plan: QueryPlan) -> QueryPlan:
+    """``plan`` with the fast path switched off (what ``hw.sql(..., fast_path=False)`` plans)."""
+    return replace(plan, fast_path=False)
 
 
 #: The columns of a dead letter before the row's own.
@@ -285,10 +291,9 @@ def test_no_dead_letters_have_the_same_columns_too(bids, name):
     text, keys = QUERIES[name]
     query = hw.sql(f"{text} EMIT STREAM", {"Bid": bids[0]})
     fast = run_stream(query.plan, as_of=0)
-    with general_path():
-        general = run_stream(with_keys(query.plan, keys), as_of=0)
-    assert len(fast.dead_letters) == len(general.dead_letters) == 0
-    assert_same_letters(fast, general, keys)
+    slow = run_stream(general(with_keys(query.plan, keys)), as_of=0)
+    assert len(fast.dead_letters) == len(slow.dead_letters) == 0
+    assert_same_letters(fast, slow, keys)
 
 
 def test_window_only_grouping_equals_the_unmodified_general_path(bids):
@@ -296,19 +301,18 @@ def test_window_only_grouping_equals_the_unmodified_general_path(bids):
     text = f"{QUERIES['window'][0]} EMIT STREAM AFTER DELAY INTERVAL '2' MINUTE"
     query = hw.sql(text, {"Bid": bids[1]})
     fast = query.run()
-    with general_path():
-        general = run_stream(query.plan)
-    assert_same_runs(fast, general, ())
+    slow = hw.sql(text, {"Bid": bids[1]}, fast_path=False)
+    assert "fast_path=False" in slow.explain()
+    assert_same_runs(fast, slow.run(), ())
 
 
 def test_table_view_with_order_and_limit(bids):
     text = f"{QUERIES['window'][0]} ORDER BY total DESC, wstart LIMIT 3"
     fast = hw.sql(text, {"Bid": bids[0]}).to_pandas()
-    with general_path():
-        general = hw.sql(text, {"Bid": bids[0]}).to_pandas()
+    slow = hw.sql(text, {"Bid": bids[0]}, fast_path=False).to_pandas()
     assert len(fast) == 3
-    assert canon(fast) == canon(general)
-    assert list(fast.columns) == list(general.columns)
+    assert canon(fast) == canon(slow)
+    assert list(fast.columns) == list(slow.columns)
 
 
 def test_multi_key_ver_counts_per_group(bids):
@@ -383,10 +387,12 @@ def test_general_path_switch(bids):
     plan = hw.sql(text, {"Bid": bids[0]}).plan
     assert isinstance(compile_sql(plan), AggregatePlan)
     assert isinstance(compile_sql(plan, fast=False), SqlPlan)
-    with general_path():
-        assert not enabled()
-        assert isinstance(compile_sql(plan), SqlPlan)
-    assert enabled()
+    off = hw.sql(text, {"Bid": bids[0]}, fast_path=False).plan
+    assert not off.fast_path
+    assert isinstance(compile_sql(off), SqlPlan)
+    assert isinstance(compile_sql(off, fast=True), AggregatePlan)
+    assert plan.fast_path, "switching one query off leaves the others on"
+    assert isinstance(compile_sql(hw.sql(text, {"Bid": bids[0]}).plan), AggregatePlan)
 
 
 #: (query, what ``explain()`` says of its path)
@@ -415,9 +421,9 @@ def test_explain_says_which_path(bids, case):
     query = hw.sql(text, {"Bid": bids[0]})
     assert says in query.explain()
     assert query.explain().count("runs on: ") == 1
-    with general_path():
-        off = query.explain()
-    assert "not the fast path because general_path() switched it off" in off
+    off = hw.sql(text, {"Bid": bids[0]}, fast_path=False).explain()
+    assert "not the fast path because the fast path was switched off for this query" in off
+    assert "runs on: general path" in off
 
 
 def test_explain_of_a_bounded_query_names_no_path(bids):

@@ -35,7 +35,7 @@ The event-time group of the fast path is (GROUP BY columns, window): ``ver``
 counts the changelog rows of such a group, and ``EMIT AFTER DELAY`` delays
 each one on its own. For a query grouped by the window alone this is the
 general path's group; with more GROUP BY columns the general path groups by
-the window (use ``general_path()`` and :func:`with_keys` to compare them).
+the window (use ``hw.sql(..., fast_path=False)`` and :func:`with_keys` to compare them).
 A session runs here when its keys are the GROUP BY columns (none: grouped by
 the window alone), so that the model's sessions per key are the query's; the
 model runs them retracting, and the transform withdraws the row of a session
@@ -74,7 +74,7 @@ from headwater.sql.execute.local_steps import (
 )
 from headwater.sql.maintain.aggregate import AggregateMaintainer, Call
 from headwater.sql.plan.catalog import PTIME, Table, event_millis
-from headwater.sql.plan.fast_path import AGGREGATES, Shape, analyze_shape, bare, enabled
+from headwater.sql.plan.fast_path import AGGREGATES, Shape, analyze_shape, bare
 from headwater.sql.plan.planner import QueryPlan
 
 #: Columns of the pre-projected rows (the model's input).
@@ -177,8 +177,8 @@ def try_compile(plan: QueryPlan) -> AggregatePlan | str:
 def describe_path(plan: QueryPlan) -> str:
     """Which path runs the streaming ``plan`` and, for the general path, why the
     fast path does not (``explain()`` shows it)."""
-    if not enabled():
-        reason = "general_path() switched it off"
+    if not plan.fast_path:
+        reason = "the fast path was switched off for this query (fast_path=False)"
     else:
         compiled = try_compile(plan)
         if isinstance(compiled, AggregatePlan):

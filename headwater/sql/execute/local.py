@@ -51,7 +51,6 @@ from headwater.sql.maintain.stages import SecondStage
 from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.calls import argument_error
 from headwater.sql.plan.catalog import PTIME, event_millis
-from headwater.sql.plan.fast_path import enabled
 from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
@@ -290,9 +289,10 @@ class SqlPlan:
 def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True) -> SqlPlan:
     """The query's streaming plan. A plain windowed aggregate compiles to the fast
     path (:mod:`headwater.sql.execute.aggregate_local`: combiners, one projection per step)
-    unless ``fast`` is False (default: on, off within ``general_path()``). The
-    general path evaluates a step's groups by one query unless ``batched`` is False."""
-    if enabled() if fast is None else fast:
+    unless ``fast`` is False (default: the query's own ``fast_path``, set by
+    ``hw.sql(..., fast_path=False)``). The general path evaluates a step's groups
+    by one query unless ``batched`` is False."""
+    if plan.fast_path if fast is None else fast:
         fast_plan = try_compile(plan)
         if isinstance(fast_plan, AggregatePlan):
             return fast_plan  # type: ignore[return-value]

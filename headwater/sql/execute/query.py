@@ -72,13 +72,14 @@ class SqlQuery:
         functions: Functions = None,
         *,
         state_ttl: Any = None,
+        fast_path: bool = True,
     ) -> None:
         catalog = Catalog({n: as_table(n, v) for n, v in tables.items()})
         tree = parse_query(query) if isinstance(query, str) else query
         tree, self.catalog = with_processing_time(tree, catalog)
         ttl = None if state_ttl is None else state_ttl_ms(state_ttl, "state_ttl")
         self.plan: QueryPlan = analyze(
-            tree, self.catalog, name, function_set(functions), state_ttl=ttl
+            tree, self.catalog, name, function_set(functions), state_ttl=ttl, fast_path=fast_path
         )
         validate(self.plan)
         self._runs: dict[int | None, SqlRun] = {}

@@ -140,8 +140,9 @@ class SparkSqlQuery(SqlQuery):
         spark=None,
         *,
         state_ttl: Any = None,
+        fast_path: bool = True,
     ):
-        super().__init__(text, tables, name, functions, state_ttl=state_ttl)
+        super().__init__(text, tables, name, functions, state_ttl=state_ttl, fast_path=fast_path)
         self.spark = spark or spark_session()
 
     def stage_notes(self) -> list[str]:

@@ -12,8 +12,6 @@ so that ``explain()`` and tests can tell a user which path a query takes.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -23,25 +21,8 @@ from headwater.sql.plan.catalog import Table
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.translate import window_names
 
-_ENABLED = [True]
-
 #: The aggregates the fast path has combiners for.
 AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
-
-
-@contextlib.contextmanager
-def general_path() -> Iterator[None]:
-    """Within this block every query compiles to the general path (tests compare)."""
-    _ENABLED.append(False)
-    try:
-        yield
-    finally:
-        _ENABLED.pop()
-
-
-def enabled() -> bool:
-    """Whether queries may take the fast path (not within :func:`general_path`)."""
-    return _ENABLED[-1]
 
 
 @dataclass(frozen=True)

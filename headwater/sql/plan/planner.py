@@ -33,6 +33,7 @@ from headwater.model.windows import (
 )
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.dialect import WindowTVF, position
+from headwater.sql.plan.casts import truncating_casts
 from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.emit import Materialization
 from headwater.sql.plan.functions import ScalarFunction, called
@@ -72,6 +73,9 @@ class QueryPlan:
     stages: tuple[Stage, ...] = ()
     #: stage 1's own plan (the subquery over the streams) of a query in stages
     first_stage: QueryPlan | None = None
+    #: Whether a plain windowed aggregate may take the fast path (False: the
+    #: general path runs it, so tests and users can compare the two paths).
+    fast_path: bool = True
 
     def windowing(self) -> WindowingStrategy:
         """The model's windowing of the query's event-time groups: its window, the
@@ -148,11 +152,14 @@ def analyze(
     name: str = "query",
     functions: Mapping[str, ScalarFunction] | None = None,
     state_ttl: int | None = None,
+    fast_path: bool = True,
 ) -> QueryPlan:
     """Resolve ``query``'s tables and windowing against ``catalog``; SqlError if
     it cannot run (with the position of the offending token). ``functions``: the
     user functions by lower-case name; ``state_ttl``: the query's state
-    time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own."""
+    time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own;
+    ``fast_path``: whether a plain windowed aggregate may take the fast path."""
+    query = truncating_casts(query, [catalog.get(t.name, t) for t in _table_refs(query)])
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
     windowing: tuple[WindowFn, tuple[str, ...]] | None = None
@@ -209,6 +216,7 @@ def analyze(
         functions=called(query, functions or {}),
         stages=staged,
         first_stage=first if staged else None,
+        fast_path=fast_path,
     )
 
 

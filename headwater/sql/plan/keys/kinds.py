@@ -1,0 +1,164 @@
+"""The maintenance key's values: where a partition column comes from (its
+origin: a stream column, the window bounds, a NULL-padded side, a bucket of the
+event time), what one combining operator partitions by, and the key with its
+``explain()`` text (:mod:`headwater.sql.plan.keys`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from headwater.sql.parse.ddl import interval_sql
+from headwater.sql.plan import buckets
+
+#: Names of the window columns the TVFs add (the paper's, then Flink's).
+WINDOW_COLUMNS = frozenset({"wstart", "wend", "window_start", "window_end", "window_time"})
+
+
+@dataclass(frozen=True)
+class StreamColumn:
+    """A column of a stream as it arrives (``event_time``: the stream's event time)."""
+
+    table: str
+    column: str
+    event_time: bool = False
+
+
+@dataclass(frozen=True)
+class WindowBounds:
+    """The bounds of a row's window (any of start, end, window_time names the
+    window); ``edge`` says which one a column is (``start``, ``end``, ``time``;
+    empty in a key: the window)."""
+
+    edge: str = ""
+
+
+@dataclass(frozen=True)
+class NullSide:
+    """Read from the NULL-padded side of an outer join: its unmatched rows are NULL
+    there, whatever their key, so partitioning by it is by no key."""
+
+
+@dataclass(frozen=True)
+class EventBucket:
+    """A bucket of ``size`` ms of stream ``table``'s event time (``CAST(ts AS
+    DATE)``: its day), aligned to the epoch."""
+
+    table: str
+    size: int
+
+
+Origin = StreamColumn | WindowBounds | NullSide | EventBucket
+
+
+WINDOW = WindowBounds()
+
+
+NULL_SIDE = NullSide()
+
+
+WINDOW_EDGES = {
+    "wstart": "start",
+    "window_start": "start",
+    "wend": "end",
+    "window_end": "end",
+    "window_time": "time",
+}
+
+
+class KeyKind(enum.Enum):
+    """How a query's groups are formed, from the key's parts."""
+
+    ROW = "row"  #: no combining operator: each row (event time) on its own
+    WINDOW = "window"  #: the windows of the windowing TVF
+    EVENT_TIME = "event time"  #: each event time on its own
+    BUCKET = "event-time bucket"  #: buckets of the event time (its days): tumbling windows
+    COLUMNS = "columns"  #: the values of plain columns of every stream
+    NONE = "none"  #: one group holding every row
+
+
+@dataclass(frozen=True)
+class KeyPart:
+    """One part of a key: per stream (table name, lower case), the column it is."""
+
+    columns: tuple[tuple[str, str], ...]
+
+    def column_of(self, table: str) -> str:
+        return dict(self.columns)[table.lower()]
+
+    def describe(self) -> str:
+        names = dict.fromkeys(f"{t}.{c}" for t, c in self.columns)
+        return " = ".join(names)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """What one combining operator partitions by: its origins, as written (a
+    partition item traced to several origins, e.g. through a UNION, lists all)."""
+
+    operator: str
+    node: exp.Expression
+    items: tuple[frozenset[Origin], ...]
+
+
+@dataclass(frozen=True)
+class MaintenanceKey:
+    """The query's key: its kind and, for ``COLUMNS``, the parts (a column of each
+    stream per part); ``operators``: the combining operators found."""
+
+    kind: KeyKind
+    parts: tuple[KeyPart, ...] = ()
+    operators: tuple[str, ...] = ()
+    #: the state time-to-live (ms) bounding a key's state the watermark does not
+    #: free (:mod:`headwater.sql.plan.ttl`); None: kept while the query runs
+    ttl: int | None = None
+    #: ``BUCKET``: the buckets' size (ms), and how the query writes the bucket
+    bucket: int = 0
+    bucket_text: str = ""
+
+    @property
+    def freed_by_watermark(self) -> bool:
+        """Whether groups complete (their state is freed by the watermark)."""
+        return self.kind in (KeyKind.ROW, KeyKind.WINDOW, KeyKind.EVENT_TIME, KeyKind.BUCKET)
+
+    @property
+    def expiring(self) -> int | None:
+        """The TTL (ms) that drops idle keys' state: None where the watermark frees
+        the state (a TTL does not change it) or no TTL was asked for."""
+        return None if self.freed_by_watermark else self.ttl
+
+    def columns_of(self, table: str) -> tuple[str, ...]:
+        """The model key columns of stream ``table`` (``COLUMNS`` only)."""
+        return tuple(p.column_of(table) for p in self.parts)
+
+    def describe(self) -> str:
+        """The key and how its state grows (``explain()``)."""
+        if self.kind is KeyKind.COLUMNS:
+            cols = ", ".join(p.describe() for p in self.parts)
+            if self.ttl is not None:
+                return f"key {cols}: {self._bounded('a value')}"
+            return f"key {cols}: state grows with the distinct values of {cols}"
+        if self.kind is KeyKind.NONE:
+            if self.ttl is not None:
+                return f"no key (one group of every row): {self._bounded('the group')}"
+            return "no key (one group of every row): state grows with the rows"
+        what = {
+            KeyKind.ROW: "each row on its own (no operator combines rows)",
+            KeyKind.WINDOW: "key the window bounds",
+            KeyKind.EVENT_TIME: "key the event time",
+            KeyKind.BUCKET: f"key the event time's {buckets.describe(self.bucket)} "
+            f"({self.bucket_text}, a tumbling window of one {buckets.describe(self.bucket)})",
+        }[self.kind]
+        if self.kind in (KeyKind.WINDOW, KeyKind.BUCKET) and self.parts:
+            what += " and " + ", ".join(p.describe() for p in self.parts)
+        unused = f" (state.ttl = {interval_sql(self.ttl)} does not apply)" if self.ttl else ""
+        return f"{what}: state freed by the watermark{unused}"
+
+    def _bounded(self, what: str) -> str:
+        ttl = interval_sql(self.ttl or 0)
+        return (
+            f"state bounded by state.ttl = {ttl} ({what}'s state is dropped, and its result "
+            "withdrawn, once no row of it arrived for that long in processing time)"
+        )
