@@ -67,5 +67,9 @@ def test_bench_streaming_json(spark, tmp_path, capsys):
     for engine in (native, hw):
         assert engine["rows_per_s"] > 0 and engine["batches"] >= 2
         assert engine["first_batch_s"] > 0 and engine["steady_s"] > 0
+        # The first batch's Spark phases, its planning among them.
+        phases = engine["first_batch_ms"]
+        assert phases["triggerExecution"] == round(engine["first_batch_s"] * 1000)
+        assert "queryPlanning" in phases and "addBatch" in phases
     assert result["ratio"] > 0 and result["steady_ratio"] > 0
     assert report["ratio"] > 0

@@ -132,6 +132,26 @@ def test_murmur3_matches_spark_hash(spark):
     assert got == [murmur3_int(v) for v in values]
 
 
+@pytest.mark.parametrize(
+    ("name", "ddl"),
+    [
+        ("STATE_SCHEMA", "blob BINARY, timer BIGINT"),
+        ("TRANSFORM_SCHEMA", "blob BINARY"),
+        ("WATERMARK_SCHEMA", "blob BINARY"),
+        ("IDLE_SCHEMA", "blob BINARY"),
+    ],
+)
+def test_state_schemas_are_the_ones_spark_parsed(spark, name, ddl):
+    """The processor passes StructTypes (no parse round trip to the JVM); they must
+    be what Spark parsed from the DDL strings earlier versions passed, or a query
+    restarted from an older checkpoint would fail its state schema check."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    from headwater.runners.spark import processor
+
+    assert getattr(processor, name) == _parse_datatype_string(ddl)
+
+
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_aligned_shard_ids_fill_every_partition(n):
     ids = aligned_shard_ids(n)
