@@ -88,6 +88,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -159,6 +160,8 @@ def _json_default(obj: Any) -> Any:
     # numpy scalars and the like
     if hasattr(obj, "item"):
         return obj.item()
+    if isinstance(obj, Decimal):  # as text: a JSON number would round it through a float
+        return str(obj)
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
@@ -268,13 +271,20 @@ def _decode_step(
         pa.array(tss + [None], pa.int64()),
     ]
     for i, name in enumerate(names):
-        arrays.append(pa.array(vals[i] + [None], schema.field(name).type))
+        arrays.append(_values(vals[i] + [None], schema.field(name).type))
     arrays += [
         pa.array([watermark_ms] * n, pa.int64()),
         pa.array([proc_ms] * n, pa.int64()),
         pa.array([index] * n, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _values(values: list[Any], type_: pa.DataType) -> pa.Array:
+    """One column of a step; a DECIMAL's values were written as text (exact)."""
+    if pa.types.is_decimal(type_):
+        values = [None if v is None else Decimal(str(v)) for v in values]
+    return pa.array(values, type_)
 
 
 def _arrow_schema(spark_schema: Any) -> pa.Schema:

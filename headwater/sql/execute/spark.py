@@ -82,6 +82,13 @@ def _spark_type(series: pd.Series) -> str:
         return "bigint"
     if pd.api.types.is_float_dtype(series):
         return "double"
+    if series.dtype == object:  # Decimal values: Arrow finds one precision and scale
+        try:
+            inferred = pa.Array.from_pandas(series.dropna()).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed values: carried as text
+            return "string"
+        if pa.types.is_decimal(inferred):
+            return f"decimal({inferred.precision},{inferred.scale})"
     return "string"
 
 
