@@ -122,9 +122,10 @@ def test_harness_against_flink(capsys, tmp_path):
 @pytest.mark.slow
 def test_latency_mode_on_spark(spark, capsys, tmp_path):
     """Files fed at a rate to long-running queries: every fed event's latency comes
-    from the checkpoint (its file's micro-batch committed), on both engines."""
+    from the checkpoint (its file's micro-batch committed), on both engines. Four
+    files of each table: the first there at the start, three fed."""
     argv = ["--queries", "q0,q6", "--events", "400", "--rate", "400", "--latency", "--json"]
-    rc = main([*argv, "--events-per-file", "40", "--runner", "spark", "--workdir", str(tmp_path)])
+    rc = main([*argv, "--events-per-file", "100", "--runner", "spark", "--workdir", str(tmp_path)])
     assert rc == 0
     result = json.loads(capsys.readouterr().out)
     q0 = result["queries"]["q0"]

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from sql_helpers import write_replay
+from sql_helpers import result, spark_runs, write_replay
 
 import headwater as hw
 from headwater.model.idle import IdleKeys
@@ -194,6 +194,7 @@ def test_a_join_needs_one_ttl_for_both_streams(tmp_path):
     assert "Declare 'state.ttl' on 'T' too" in str(info.value)
 
 
+TTL = "10 minutes"
 #: The replays of the cases above (and a join of two streams), as ``(query, rows
 #: of each stream)``: on Spark they give the local changelog, ptime and ver included.
 JOIN = "SELECT S.k, COUNT(*) AS n FROM S JOIN T ON S.k = T.k GROUP BY S.k EMIT STREAM"
@@ -221,18 +222,35 @@ def normal(log: pd.DataFrame) -> pd.DataFrame:
     return log.reset_index(drop=True).astype({"n": np.int64, "ver": np.int64})
 
 
+def spark_tables(case: str) -> dict:
+    return {name: stream(frame(part)) for name, part in SPARK_CASES[case][1].items()}
+
+
+@pytest.fixture(scope="module")
+def spark_replays(spark) -> dict:
+    """case -> (its query on Spark, that query's changelog): the cases' replays run
+    at once in the one SparkSession (most of a run is waiting on a micro-batch)."""
+
+    def job(case: str):
+        def run():
+            query = hw.sql(SPARK_CASES[case][0], spark_tables(case), runner="spark", state_ttl=TTL)
+            return query, query.changelog()
+
+        return run
+
+    return spark_runs(spark, {case: job(case) for case in SPARK_CASES}, workers=len(SPARK_CASES))
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(SPARK_CASES))
-def test_spark_replay_gives_the_local_changelog(spark, case):
-    query, rows = SPARK_CASES[case]
-    tables = {name: stream(frame(part)) for name, part in rows.items()}
-    local = hw.sql(query, tables, state_ttl="10 minutes")
-    on_spark = hw.sql(query, tables, runner="spark", state_ttl="10 minutes")
+def test_spark_replay_gives_the_local_changelog(spark_replays, case):
+    on_spark, changelog = result(spark_replays, case)
+    local = hw.sql(SPARK_CASES[case][0], spark_tables(case), state_ttl=TTL)
     assert on_spark.explain() == local.explain()
     expected = normal(local.changelog())
     assert expected["undo"].sum() > 1  # withdrawals of expired state are in it
-    pd.testing.assert_frame_equal(normal(on_spark.changelog()), expected)
+    pd.testing.assert_frame_equal(normal(changelog), expected)
 
 
 def test_a_row_at_the_instant_of_expiry_continues_the_numbering():
