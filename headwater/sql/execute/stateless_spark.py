@@ -225,15 +225,75 @@ def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: i
     return log, out.select(EVENT_TIME)
 
 
-def _next_versions(F, times, versions: Versions, horizon: int, lateness: int, ended: bool):
+def _next_versions(F, times, versions: Versions, horizon: int, lateness: int, ended, rows):
     """The counts after this batch: the earlier ones and this batch's, for the
-    instants a row may still join at ``horizon`` (the next batch's watermark)."""
+    instants a row may still join at ``horizon`` (the next batch's watermark);
+    ``rows``: whether the batch had rows."""
     live = times.where(F.col(EVENT_TIME) + F.lit(1 + lateness) > F.lit(horizon))
-    rows = live.groupBy(EVENT_TIME).count().collect()
+    rows = live.groupBy(EVENT_TIME).count().collect() if rows and not ended else []
     counts = {t: n for t, n in versions.counts.items() if t + 1 + lateness > horizon}
     for row in rows:
         counts[int(row[0])] = counts.get(int(row[0]), 0) + int(row[1])
     return Versions(counts, horizon, ended)
+
+
+@dataclass
+class EachBatch:
+    """The ``foreachBatch`` function of the stateless query: one micro-batch's
+    changelog to ``sink``, its dead letters to ``dead_letter_sink``, the version
+    counts to the checkpoint."""
+
+    sql: SqlPlan
+    query: StatelessQuery
+    checkpoint: Checkpoint
+    letters_frame: Callable
+    sink: Any = None
+    dead_letter_sink: Any = None
+    control: bool = False
+
+    def __call__(self, batch, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            self._run(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+    def _run(self, batch, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        query = self.query
+        watermark, ptime = self.checkpoint.batch_times(batch_id)
+        versions = self.checkpoint.versions(batch_id)
+        if not versions.ended and watermark is not None and watermark < versions.horizon:
+            raise RuntimeError(
+                f"batch {batch_id}: Spark's watermark {watermark} is below {versions.horizon}, "
+                "the one the version counts were kept for"
+            )
+        data = batch.where(F.col("kind").isNull()) if self.control else batch
+        ends = (F.col("kind") == "end").cast("int") if self.control else F.lit(0)
+        stats = batch.agg(
+            F.max("ts").alias("ts"), F.max(ends).alias("ends"), F.count("ts").alias("rows")
+        ).first()
+        late = _late(F, F.col("ts"), MAX_TIMESTAMP if versions.ended else watermark, query.lateness)
+        spark = batch.sparkSession
+        log, times = _changes(
+            F, spark, data.where(F.col("ts").isNotNull() & ~late), query, versions, ptime
+        )
+        if not stats["rows"]:  # no row with an event time (the end of input alone)
+            log, times = log.limit(0), times.limit(0)
+        if self.sink is not None:
+            self.sink(log, batch_id)
+        if self.dead_letter_sink is not None:
+            layout = list(self.sql.layouts[0].union)
+            dropped = _letters(F, data, late, query.permissive, layout).toPandas()
+            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
+        # Spark's next watermark: the largest event time so far less the delay (0: none)
+        mark = max(watermark or 0, stats["ts"] - query.delay if stats["ts"] is not None else 0)
+        ended = versions.ended or bool(stats["ends"])
+        horizon = max(mark if mark > 0 else MIN_TIMESTAMP, versions.horizon)
+        horizon = MAX_TIMESTAMP if ended else horizon
+        after = _next_versions(F, times, versions, horizon, query.lateness, ended, stats["rows"])
+        self.checkpoint.keep(batch_id, after)
 
 
 def start(
@@ -254,7 +314,6 @@ def start(
     ``letters_frame(spark, sql, dropped)`` makes the dead letters' frame."""
     from pyspark.sql import functions as F
 
-    query = plan_stateless(sql, delay)
     end = end_of_input_for(trigger, end_of_input)
     stream = union.withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
     stream = stream.withWatermark(_WATERMARKED, f"{delay} milliseconds").drop(_WATERMARKED)
@@ -262,49 +321,15 @@ def start(
         stream = stream.withColumn("kind", F.lit(None).cast("string"))
         control = end.stream(union.sparkSession)
         stream = stream.unionByName(control, allowMissingColumns=True)
-    layout_cols = list(sql.layouts[0].union)
-    checkpoint = Checkpoint(checkpoint_location)
-
-    def each_batch(batch, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            _run_batch(F, batch, batch_id)
-        finally:
-            batch.unpersist()
-
-    def _run_batch(F, batch, batch_id: int) -> None:
-        watermark, ptime = checkpoint.batch_times(batch_id)
-        versions = checkpoint.versions(batch_id)
-        if not versions.ended and watermark is not None and watermark < versions.horizon:
-            raise RuntimeError(
-                f"batch {batch_id}: Spark's watermark {watermark} is below {versions.horizon}, "
-                "the one the version counts were kept for"
-            )
-        ends = F.col("kind") == "end" if end is not None else F.lit(False)
-        stats = batch.agg(F.max("ts").alias("ts"), F.max(ends.cast("int")).alias("ends")).collect()[
-            0
-        ]
-        data = batch.where(F.col("kind").isNull()) if end is not None else batch
-        judged = MAX_TIMESTAMP if versions.ended else watermark
-        late = _late(F, F.col("ts"), judged, query.lateness)
-        spark = batch.sparkSession
-        live = data.where(F.col("ts").isNotNull() & ~late)
-        log, times = _changes(F, spark, live, query, versions, ptime)
-        if sink is not None:
-            sink(log, batch_id)
-        if dead_letter_sink is not None:
-            dropped = _letters(F, data, late, query.permissive, layout_cols).toPandas()
-            dead_letter_sink(letters_frame(spark, sql, dropped), batch_id)
-        # Spark's next watermark: the largest event time so far less the delay (0: none)
-        mark = max(watermark or 0, (stats["ts"] - delay) if stats["ts"] is not None else 0)
-        ended = versions.ended or bool(stats["ends"])
-        horizon = (
-            MAX_TIMESTAMP if ended else max(mark if mark > 0 else MIN_TIMESTAMP, versions.horizon)
-        )
-        checkpoint.keep(
-            batch_id, _next_versions(F, times, versions, horizon, query.lateness, ended)
-        )
-
+    each_batch = EachBatch(
+        sql,
+        plan_stateless(sql, delay),
+        Checkpoint(checkpoint_location),
+        letters_frame,
+        sink,
+        dead_letter_sink,
+        control=end is not None,
+    )
     writer = stream.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", checkpoint_location
     )
