@@ -15,6 +15,7 @@ import pytest
 
 import headwater as hw
 from headwater.io.arrival import in_arrival_order
+from headwater.io.end_of_input import InputEndedError
 from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql.execute.spark import SparkSqlQuery
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
@@ -174,6 +175,8 @@ def test_restart_from_checkpoint_numbers_as_one_run(spark, tmp_path):
     second, second_letters = _run(spark, str(parts), tmp_path / "twice")
     assert _log(first + second, tmp_path / "twice") == _log(once, tmp_path / "once")
     assert len(_letters(first_letters + second_letters)) == len(_letters(once_letters))
+    with pytest.raises(InputEndedError):  # the run ended its input: every row would be late
+        _run(spark, whole, tmp_path / "once")
 
 
 BIDS = pd.DataFrame({"bidtime": pd.to_datetime(["2020-04-15 08:07"]), "price": [2], "item": ["A"]})

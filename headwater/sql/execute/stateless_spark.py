@@ -9,7 +9,7 @@ the query over that micro-batch's rows: no state store, no
 stream's columns, with what the shard operator of the general path gives:
 
 * the watermark is Spark's own (``withWatermark`` over the same union of the
-  streams, before the end-of-input control stream), read per batch from the
+  streams), read per batch from the
   offset log (``batchWatermarkMs``; 0 is none), as the shard reads it from
   ``TimerValues``; ``ptime`` is the batch's ``batchTimestampMs`` there, so a
   re-executed batch has the same one;
@@ -23,9 +23,13 @@ stream's columns, with what the shard operator of the general path gives:
   batch to the next: in the driver, and in the checkpoint directory under the
   batch id (``headwater-stateless/<batch id>``), so that a restart, or a batch
   run again after a failure, numbers the same way;
-* the end of input (:mod:`headwater.runners.spark.ending`): the control stream
-  is read as on the general path; rows of the ending batch are judged by
-  Spark's watermark, and nothing is pending, so nothing else is emitted.
+* the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
+  (every change is emitted at once), so the end adds no change and no control
+  stream is read (a Python source, read in every micro-batch); as on the general
+  path, an ``availableNow`` run that ends its input runs the query once more from
+  its checkpoint (the files that arrived during the first run), then records the
+  end in the checkpoint (``headwater-stateless/ended``), and a later run from it is
+  refused (:class:`~headwater.io.end_of_input.InputEndedError`).
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ from typing import Any
 import pandas as pd
 import pyarrow.fs as pafs
 
+from headwater.io.end_of_input import InputEndedError, ended_message
 from headwater.model.schema import DropReason
-from headwater.model.time import MAX_TIMESTAMP, MIN_TIMESTAMP
-from headwater.runners.spark.ending import end_of_input_for, started
+from headwater.model.time import MIN_TIMESTAMP
+from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
 from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.types import to_spark
 from headwater.sql.execute.local import SqlPlan, columns_of
@@ -62,21 +67,20 @@ _KEEP = 3
 class Versions:
     """What one batch leaves for the next: per event time (ms) the changes it had,
     for the instants not yet late; ``horizon``: the watermark up to which counts
-    were dropped (a later batch's watermark is never lower); whether the input ended."""
+    were dropped (a later batch's watermark is never lower)."""
 
     counts: dict[int, int]
     horizon: int = MIN_TIMESTAMP
-    ended: bool = False
 
     def to_json(self) -> str:
         counts = [[int(t), int(n)] for t, n in self.counts.items()]
-        return json.dumps({"counts": counts, "horizon": self.horizon, "ended": self.ended})
+        return json.dumps({"counts": counts, "horizon": self.horizon})
 
     @staticmethod
     def of_json(text: str) -> Versions:
         data = json.loads(text)
         counts = {int(t): int(n) for t, n in data["counts"]}
-        return Versions(counts, int(data["horizon"]), bool(data["ended"]))
+        return Versions(counts, int(data["horizon"]))
 
 
 class Checkpoint:
@@ -117,6 +121,16 @@ class Checkpoint:
                 "(it was not written by the stateless path): start a new checkpoint"
             )
         return Versions.of_json(text) if text is not None else Versions({})
+
+    def has_ended(self) -> bool:
+        """Whether an earlier run ended the input (a later one would drop every row)."""
+        return self._read(f"{FOLDER}/ended") is not None
+
+    def end(self) -> None:
+        """Record that the input ended."""
+        self.fs.create_dir(f"{self.root}/{FOLDER}", recursive=True)
+        with self.fs.open_output_stream(f"{self.root}/{FOLDER}/ended") as fh:
+            fh.write(b"ended\n")
 
     def keep(self, batch_id: int, versions: Versions) -> None:
         """Write the counts ``batch_id`` leaves (before Spark commits the batch)."""
@@ -225,16 +239,16 @@ def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: i
     return log, out.select(EVENT_TIME)
 
 
-def _next_versions(F, times, versions: Versions, horizon: int, lateness: int, ended, rows):
+def _next_versions(F, times, versions: Versions, horizon: int, lateness: int, rows):
     """The counts after this batch: the earlier ones and this batch's, for the
     instants a row may still join at ``horizon`` (the next batch's watermark);
     ``rows``: whether the batch had rows."""
     live = times.where(F.col(EVENT_TIME) + F.lit(1 + lateness) > F.lit(horizon))
-    rows = live.groupBy(EVENT_TIME).count().collect() if rows and not ended else []
+    rows = live.groupBy(EVENT_TIME).count().collect() if rows else []
     counts = {t: n for t, n in versions.counts.items() if t + 1 + lateness > horizon}
     for row in rows:
         counts[int(row[0])] = counts.get(int(row[0]), 0) + int(row[1])
-    return Versions(counts, horizon, ended)
+    return Versions(counts, horizon)
 
 
 @dataclass
@@ -249,7 +263,6 @@ class EachBatch:
     letters_frame: Callable
     sink: Any = None
     dead_letter_sink: Any = None
-    control: bool = False
 
     def __call__(self, batch, batch_id: int) -> None:
         batch = batch.persist()
@@ -264,35 +277,29 @@ class EachBatch:
         query = self.query
         watermark, ptime = self.checkpoint.batch_times(batch_id)
         versions = self.checkpoint.versions(batch_id)
-        if not versions.ended and watermark is not None and watermark < versions.horizon:
+        if watermark is not None and watermark < versions.horizon:
             raise RuntimeError(
                 f"batch {batch_id}: Spark's watermark {watermark} is below {versions.horizon}, "
                 "the one the version counts were kept for"
             )
-        data = batch.where(F.col("kind").isNull()) if self.control else batch
-        ends = (F.col("kind") == "end").cast("int") if self.control else F.lit(0)
-        stats = batch.agg(
-            F.max("ts").alias("ts"), F.max(ends).alias("ends"), F.count("ts").alias("rows")
-        ).first()
-        late = _late(F, F.col("ts"), MAX_TIMESTAMP if versions.ended else watermark, query.lateness)
+        stats = batch.agg(F.max("ts").alias("ts"), F.count("ts").alias("rows")).first()
+        late = _late(F, F.col("ts"), watermark, query.lateness)
         spark = batch.sparkSession
         log, times = _changes(
-            F, spark, data.where(F.col("ts").isNotNull() & ~late), query, versions, ptime
+            F, spark, batch.where(F.col("ts").isNotNull() & ~late), query, versions, ptime
         )
-        if not stats["rows"]:  # no row with an event time (the end of input alone)
+        if not stats["rows"]:  # no row with an event time: no change
             log, times = log.limit(0), times.limit(0)
         if self.sink is not None:
             self.sink(log, batch_id)
         if self.dead_letter_sink is not None:
             layout = list(self.sql.layouts[0].union)
-            dropped = _letters(F, data, late, query.permissive, layout).toPandas()
+            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
             self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
         # Spark's next watermark: the largest event time so far less the delay (0: none)
         mark = max(watermark or 0, stats["ts"] - query.delay if stats["ts"] is not None else 0)
-        ended = versions.ended or bool(stats["ends"])
         horizon = max(mark if mark > 0 else MIN_TIMESTAMP, versions.horizon)
-        horizon = MAX_TIMESTAMP if ended else horizon
-        after = _next_versions(F, times, versions, horizon, query.lateness, ended, stats["rows"])
+        after = _next_versions(F, times, versions, horizon, query.lateness, stats["rows"])
         self.checkpoint.keep(batch_id, after)
 
 
@@ -315,20 +322,13 @@ def start(
     from pyspark.sql import functions as F
 
     end = end_of_input_for(trigger, end_of_input)
+    checkpoint = Checkpoint(checkpoint_location)
+    if checkpoint.has_ended():
+        raise InputEndedError(ended_message(checkpoint_location))
     stream = union.withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
     stream = stream.withWatermark(_WATERMARKED, f"{delay} milliseconds").drop(_WATERMARKED)
-    if end is not None:
-        stream = stream.withColumn("kind", F.lit(None).cast("string"))
-        control = end.stream(union.sparkSession)
-        stream = stream.unionByName(control, allowMissingColumns=True)
     each_batch = EachBatch(
-        sql,
-        plan_stateless(sql, delay),
-        Checkpoint(checkpoint_location),
-        letters_frame,
-        sink,
-        dead_letter_sink,
-        control=end is not None,
+        sql, plan_stateless(sql, delay), checkpoint, letters_frame, sink, dead_letter_sink
     )
     writer = stream.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", checkpoint_location
@@ -340,4 +340,21 @@ def start(
         with starting_query(union.sparkSession):
             return writer.start()
 
-    return started(launch, end, checkpoint_location)
+    if end is None or not end.ends:
+        return launch()
+    return BoundedQuery(launch, EndMarker(checkpoint))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class EndMarker:
+    """The end of input of a stateless query for :class:`~headwater.runners.spark.
+    ending.BoundedQuery`: no row waits for it, so there is nothing to signal to the
+    run after the input's; once that run is over, the checkpoint records the end."""
+
+    checkpoint: Checkpoint
+
+    def send(self) -> None:
+        """Nothing to signal: the next run reads what arrived meanwhile, as is."""
+
+    def discard(self) -> None:
+        self.checkpoint.end()
