@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from headwater.io.end_of_input import InputEndedError, ended_message
@@ -223,11 +223,11 @@ def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: i
     order = [F.col(f"`{c}`").asc_nulls_last() for c in query.columns]
     rank = F.row_number().over(Window.partitionBy(EVENT_TIME).orderBy(*order)) - F.lit(1)
     if versions.counts:
-        prior = spark.createDataFrame(
-            pd.DataFrame(
-                {EVENT_TIME: list(versions.counts), "__hw_n": list(versions.counts.values())}
-            )
+        counts = versions.counts  # from Arrow: a local relation, no Python worker decodes it
+        prior = pa.table(
+            {EVENT_TIME: pa.array(list(counts), pa.int64()), "__hw_n": list(counts.values())}
         )
+        prior = spark.createDataFrame(prior)
         out = out.join(F.broadcast(prior), EVENT_TIME, "left")
         rank = rank + F.coalesce(F.col("__hw_n"), F.lit(0))
     log = out.select(
