@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -203,8 +204,9 @@ def _letters(F, batch, late, permissive: bool, layout_cols: list[str]):
 
 
 def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: int):
-    """The batch's changelog (the query over ``live``, the rows on time): the query's
-    columns, ``undo``, ``ptime``, ``ver``; and the rows' event times (for the counts)."""
+    """The batch's changes (the query over ``live``, the rows on time): the query's
+    columns and each row's event time, with ``ver`` (:func:`changelog` selects the
+    changelog's columns from them)."""
     from pyspark.sql import Window
 
     items = [
@@ -230,32 +232,50 @@ def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: i
         prior = spark.createDataFrame(prior)
         out = out.join(F.broadcast(prior), EVENT_TIME, "left")
         rank = rank + F.coalesce(F.col("__hw_n"), F.lit(0))
-    log = out.select(
+    return out.select(
+        *[F.col(f"`{c}`") for c in query.columns], F.col(EVENT_TIME), rank.cast("long").alias("ver")
+    )
+
+
+def changelog(F, changes, query: StatelessQuery, ptime: int):
+    """The changelog of :func:`_changes`' rows: the query's columns, ``undo``,
+    ``ptime``, ``ver``."""
+    return changes.select(
         *[F.col(f"`{c}`") for c in query.columns],
         F.lit(False).alias("undo"),
         F.timestamp_millis(F.lit(ptime)).alias("ptime"),
-        rank.cast("long").alias("ver"),
+        F.col("ver"),
     )
-    return log, out.select(EVENT_TIME)
 
 
-def _next_versions(F, times, versions: Versions, horizon: int, lateness: int, rows):
-    """The counts after this batch: the earlier ones and this batch's, for the
-    instants a row may still join at ``horizon`` (the next batch's watermark);
-    ``rows``: whether the batch had rows."""
-    live = times.where(F.col(EVENT_TIME) + F.lit(1 + lateness) > F.lit(horizon))
-    rows = live.groupBy(EVENT_TIME).count().collect() if rows else []
-    counts = {t: n for t, n in versions.counts.items() if t + 1 + lateness > horizon}
-    for row in rows:
-        counts[int(row[0])] = counts.get(int(row[0]), 0) + int(row[1])
-    return Versions(counts, horizon)
+def tally(F, changes, dropped) -> tuple[dict[int, int], int]:
+    """In one Spark job: the changes per event time (ms) and the dead letters' count
+    (``dropped``: the batch's rows that are dead letters)."""
+    times = changes.select(F.col(EVENT_TIME))
+    letters = dropped.select(F.lit(None).cast("long").alias(EVENT_TIME))
+    rows = times.unionByName(letters).groupBy(EVENT_TIME).count().collect()
+    counts = {int(r[0]): int(r[1]) for r in rows if r[0] is not None}
+    return counts, sum(int(r[1]) for r in rows if r[0] is None)
+
+
+def next_versions(versions: Versions, counts: dict[int, int], horizon: int, lateness: int):
+    """The counts after a batch: the earlier ones and the batch's (``counts``), for
+    the instants a row may still join at ``horizon`` (the batch's watermark: the
+    next batch's is never lower, so this keeps a few more than it needs at most)."""
+    kept = {t: n for t, n in versions.counts.items() if t + 1 + lateness > horizon}
+    for t, n in counts.items():
+        if t + 1 + lateness > horizon:
+            kept[t] = kept.get(t, 0) + n
+    return Versions(kept, horizon)
 
 
 @dataclass
 class EachBatch:
     """The ``foreachBatch`` function of the stateless query: one micro-batch's
     changelog to ``sink``, its dead letters to ``dead_letter_sink``, the version
-    counts to the checkpoint."""
+    counts to the checkpoint. A batch is at most three Spark jobs: the sink's (the
+    changes, persisted), their counts with the dead letters' count, and the dead
+    letters themselves only when there are any."""
 
     sql: SqlPlan
     query: StatelessQuery
@@ -282,24 +302,24 @@ class EachBatch:
                 f"batch {batch_id}: Spark's watermark {watermark} is below {versions.horizon}, "
                 "the one the version counts were kept for"
             )
-        stats = batch.agg(F.max("ts").alias("ts"), F.count("ts").alias("rows")).first()
-        late = _late(F, F.col("ts"), watermark, query.lateness)
+        ts = F.col("ts")
+        late = _late(F, ts, watermark, query.lateness)
         spark = batch.sparkSession
-        log, times = _changes(
-            F, spark, batch.where(F.col("ts").isNotNull() & ~late), query, versions, ptime
-        )
-        if not stats["rows"]:  # no row with an event time: no change
-            log, times = log.limit(0), times.limit(0)
-        if self.sink is not None:
-            self.sink(log, batch_id)
+        changes = _changes(F, spark, batch.where(ts.isNotNull() & ~late), query, versions, ptime)
+        changes = changes.persist()
+        try:
+            if self.sink is not None:
+                self.sink(changelog(F, changes, query, ptime), batch_id)
+            counts, dead = tally(F, changes, batch.where(ts.isNull() | late))
+        finally:
+            changes.unpersist()
         if self.dead_letter_sink is not None:
             layout = list(self.sql.layouts[0].union)
-            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
+            letters = _letters(F, batch, late, query.permissive, layout)
+            dropped = letters.toPandas() if dead else pd.DataFrame()
             self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
-        # Spark's next watermark: the largest event time so far less the delay (0: none)
-        mark = max(watermark or 0, stats["ts"] - query.delay if stats["ts"] is not None else 0)
-        horizon = max(mark if mark > 0 else MIN_TIMESTAMP, versions.horizon)
-        after = _next_versions(F, times, versions, horizon, query.lateness, stats["rows"])
+        horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
+        after = next_versions(versions, counts, horizon, query.lateness)
         self.checkpoint.keep(batch_id, after)
 
 
