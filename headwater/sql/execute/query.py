@@ -27,10 +27,12 @@ from headwater.sql.maintain.batch import BatchQuery
 from headwater.sql.parse.ddl import state_ttl_ms
 from headwater.sql.parse.dialect import Headwater, parse_query
 from headwater.sql.plan.catalog import Catalog, Table, as_replay
+from headwater.sql.plan.fast_path import enabled
 from headwater.sql.plan.functions import Functions, function_set
 from headwater.sql.plan.planner import QueryPlan, analyze
 from headwater.sql.plan.proctime import with_processing_time
 from headwater.sql.plan.quality import QualityQuery
+from headwater.sql.plan.stateless import why_not as stateless_why_not
 
 
 def as_table(name: str, value: Any) -> Table:
@@ -183,6 +185,7 @@ class SqlQuery:
             lines.append(f"  runs on: {path}")
             if not path.startswith("fast"):
                 lines.append(f"  general path evaluation: {_describe_batch(plan)}")
+            lines.append(f"  on Spark streams: {_describe_spark_path(plan)}")
         return "\n".join(lines)
 
 
@@ -194,6 +197,14 @@ def _describe_batch(plan: QueryPlan) -> str:
     if isinstance(batch, BatchQuery):
         return "batched, one DuckDB query per step over all the groups that fire in it"
     return f"evaluated per group (one DuckDB query per fired group) because {batch}"
+
+
+def _describe_spark_path(plan: QueryPlan) -> str:
+    """Whether the query runs over Spark streams without state, and why not."""
+    reason = stateless_why_not(plan) if enabled() else "general_path() switched it off"
+    if reason is None:
+        return "stateless: Spark's own projection per micro-batch (no transformWithState)"
+    return f"the shard operator (transformWithStateInPandas, state store) because {reason}"
 
 
 def with_rejects(letters: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:

@@ -43,6 +43,7 @@ from headwater.runners.spark.streaming import CAPABILITIES, compile_streaming
 from headwater.runners.spark.timeline import spark_session
 from headwater.runners.spark.types import of_spark
 from headwater.sql.errors import SqlError, position
+from headwater.sql.execute import stateless_spark
 from headwater.sql.execute.local import (
     NULL_KEY,
     SqlPlan,
@@ -69,9 +70,11 @@ from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
+from headwater.sql.plan.fast_path import enabled
 from headwater.sql.plan.functions import Functions, function_error, register_spark
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.quality import QualityQuery
+from headwater.sql.plan.stateless import why_not as stateless_why_not
 from headwater.sql.plan.translate import to_engine_sql
 
 
@@ -344,6 +347,18 @@ class SparkSqlQuery(SqlQuery):
             raise SqlError(
                 "a Spark stream needs a watermark",
                 hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
+            )
+        if enabled() and stateless_why_not(self.plan) is None:  # Spark's own projection
+            return stateless_spark.start(
+                sql,
+                self._union(sql),
+                max(delays),
+                _letters_frame,
+                checkpoint_location=checkpoint_location,
+                sink=sink,
+                dead_letter_sink=dead_letter_sink,
+                trigger=trigger,
+                end_of_input=end_of_input,
             )
         carry = CARRIED if _permissive(self.plan) else ()
         end = end_of_input_for(trigger, end_of_input)

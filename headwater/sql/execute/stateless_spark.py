@@ -1,0 +1,380 @@
+"""The stateless path of a query over Spark streams: Spark's own projection.
+
+A query in which no operator combines rows (:mod:`headwater.sql.plan.stateless`)
+changes its result by each row alone, so its changelog over a micro-batch is
+the query over that micro-batch's rows: no state store, no
+``transformWithStateInPandas``, no Python worker. The query runs in
+``foreachBatch`` as Spark SQL (the translation of bounded runs,
+:func:`~headwater.sql.plan.translate.to_engine_sql`) over the batch's rows in the
+stream's columns, with what the shard operator of the general path gives:
+
+* the watermark is Spark's own (``withWatermark`` over the same union of the
+  streams), read per batch from the
+  offset log (``batchWatermarkMs``; 0 is none), as the shard reads it from
+  ``TimerValues``; ``ptime`` is the batch's ``batchTimestampMs`` there, so a
+  re-executed batch has the same one;
+* a row whose group (its event-time instant ``[t, t + 1)``) ends, with the
+  allowed lateness, at or before the watermark is late: a dead letter, as is a
+  row of NULL event time (a malformed line of a file: ``malformed``);
+* every change is an insert (``undo`` false); ``ver`` numbers the changes of one
+  event-time instant from 0 across micro-batches, in the order of the result
+  columns (nulls last), as the general path's materializer does. The counts of
+  the instants the watermark has not passed are the only thing carried from one
+  batch to the next: in the driver, and in the checkpoint directory under the
+  batch id (``headwater-stateless/<batch id>``), so that a restart, or a batch
+  run again after a failure, numbers the same way;
+* the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
+  (every change is emitted at once), so the end adds no change and no control
+  stream is read (a Python source, read in every micro-batch); as on the general
+  path, an ``availableNow`` run that ends its input runs the query once more from
+  its checkpoint (the files that arrived during the first run), then records the
+  end in the checkpoint (``headwater-stateless/ended``), and a later run from it is
+  refused (:class:`~headwater.io.end_of_input.InputEndedError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from headwater.io.end_of_input import InputEndedError, ended_message
+from headwater.model.schema import DropReason
+from headwater.model.time import MIN_TIMESTAMP
+from headwater.runners.spark.ending import BoundedQuery, end_of_input_for
+from headwater.runners.spark.session import starting_query
+from headwater.runners.spark.types import to_spark
+from headwater.sql.execute.local import SqlPlan, columns_of
+from headwater.sql.execute.permissive import CARRIED
+from headwater.sql.maintain.groups import SOURCE
+from headwater.sql.plan.stateless import EVENT_TIME, with_event_time
+from headwater.sql.plan.translate import to_engine_sql
+
+#: The folder of the checkpoint that keeps the version counts, one file per batch.
+FOLDER = "headwater-stateless"
+#: The event-time column Spark's watermark reads (a timestamp of the ``ts`` ms).
+_WATERMARKED = "__hw_event_time"
+#: Batches of counts kept in the checkpoint (the last ones: a failed batch re-runs).
+_KEEP = 3
+
+
+@dataclass(frozen=True)
+class Versions:
+    """What one batch leaves for the next: per event time (ms) the changes it had,
+    for the instants not yet late; ``horizon``: the watermark up to which counts
+    were dropped (a later batch's watermark is never lower)."""
+
+    counts: dict[int, int]
+    horizon: int = MIN_TIMESTAMP
+
+    def to_json(self) -> str:
+        counts = [[int(t), int(n)] for t, n in self.counts.items()]
+        return json.dumps({"counts": counts, "horizon": self.horizon})
+
+    @staticmethod
+    def of_json(text: str) -> Versions:
+        data = json.loads(text)
+        counts = {int(t): int(n) for t, n in data["counts"]}
+        return Versions(counts, int(data["horizon"]))
+
+
+class Checkpoint:
+    """The query's checkpoint directory (any file system pyarrow reaches): the
+    offset log Spark writes and the version counts this path writes."""
+
+    def __init__(self, location: str) -> None:
+        if "://" not in location:
+            location = os.path.abspath(location.removeprefix("file:"))
+        self.fs, self.root = pafs.FileSystem.from_uri(location)
+        self._last: tuple[int, Versions] | None = None
+
+    def _read(self, path: str) -> str | None:
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{path}") as fh:
+                return fh.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def batch_times(self, batch_id: int) -> tuple[int | None, int]:
+        """The batch's watermark (None: Spark has none yet) and processing time (ms),
+        from its entry in the offset log (written before the batch runs)."""
+        text = self._read(f"offsets/{batch_id}")
+        if text is None:
+            raise RuntimeError(f"no offset log entry for batch {batch_id} in {self.root}")
+        meta = json.loads(text.splitlines()[1])
+        watermark = int(meta.get("batchWatermarkMs", 0))
+        return (watermark if watermark > 0 else None), int(meta["batchTimestampMs"])
+
+    def versions(self, batch_id: int) -> Versions:
+        """The counts the batch before ``batch_id`` left (none before the first)."""
+        if self._last is not None and self._last[0] == batch_id - 1:
+            return self._last[1]
+        text = self._read(f"{FOLDER}/{batch_id - 1}") if batch_id > 0 else None
+        if text is None and batch_id > 0:
+            raise RuntimeError(
+                f"the checkpoint {self.root} has no version counts of batch {batch_id - 1} "
+                "(it was not written by the stateless path): start a new checkpoint"
+            )
+        return Versions.of_json(text) if text is not None else Versions({})
+
+    def has_ended(self) -> bool:
+        """Whether an earlier run ended the input (a later one would drop every row)."""
+        return self._read(f"{FOLDER}/ended") is not None
+
+    def end(self) -> None:
+        """Record that the input ended."""
+        self.fs.create_dir(f"{self.root}/{FOLDER}", recursive=True)
+        with self.fs.open_output_stream(f"{self.root}/{FOLDER}/ended") as fh:
+            fh.write(b"ended\n")
+
+    def keep(self, batch_id: int, versions: Versions) -> None:
+        """Write the counts ``batch_id`` leaves (before Spark commits the batch)."""
+        self.fs.create_dir(f"{self.root}/{FOLDER}", recursive=True)
+        with self.fs.open_output_stream(f"{self.root}/{FOLDER}/{batch_id}") as fh:
+            fh.write(versions.to_json().encode("utf-8"))
+        old = f"{self.root}/{FOLDER}/{batch_id - _KEEP}"
+        if batch_id >= _KEEP and self.fs.get_file_info(old).type != pafs.FileType.NotFound:
+            self.fs.delete_file(old)
+        self._last = (batch_id, versions)
+
+
+@dataclass(frozen=True)
+class StatelessQuery:
+    """What each micro-batch needs: the query's Spark SQL (its last column the
+    event time), the stream's view, the output columns and types, and the timing."""
+
+    name: str
+    text: str
+    view: list[tuple[str, str, bool]]  #: (column, union column, is a timestamp)
+    columns: list[str]
+    types: list[Any]
+    lateness: int
+    delay: int
+    permissive: bool
+
+
+def plan_stateless(sql: SqlPlan, delay: int) -> StatelessQuery:
+    """The stateless form of ``sql`` (its query takes the stateless path)."""
+    plan = sql.query
+    layout = sql.layouts[0]
+    view = [
+        (c, u, c in layout.timestamps) for c, u in zip(layout.columns, layout.union, strict=True)
+    ]
+    maintainer = sql.maintainer
+    return StatelessQuery(
+        name=plan.streams[0].name,
+        text=to_engine_sql(with_event_time(plan), "spark", columns_of(plan)),
+        view=view,
+        columns=list(maintainer.columns),
+        types=[to_spark(maintainer.types[c], what=repr(c)) for c in maintainer.columns],
+        lateness=plan.allowed_lateness,
+        delay=delay,
+        permissive=any(t.permissive for t in plan.streams),
+    )
+
+
+def _late(F, ts, watermark: int | None, lateness: int):
+    """Whether a row's instant ``[ts, ts + 1)`` plus the allowed lateness has passed."""
+    if watermark is None:
+        return F.lit(False)
+    return ts.isNotNull() & (ts + F.lit(1 + lateness) <= F.lit(watermark))
+
+
+def _letters(F, batch, late, permissive: bool, layout_cols: list[str]):
+    """The batch's dead letters in the runner's layout (:func:`letters_frame` reads it)."""
+    ts = F.col("ts")
+    null = ts.isNull()
+    cols = [F.col(SOURCE), *(F.col(c) for c in layout_cols)]
+    cols += [
+        F.when(late, ts).alias("window_start"),
+        F.when(late, ts + F.lit(1)).alias("window_end"),
+        F.when(null, F.lit(DropReason.NULL_EVENT_TIME.value))
+        .otherwise(F.lit(DropReason.LATE.value))
+        .alias("reason"),
+    ]
+    if permissive:
+        cols += [F.col(c) for c in CARRIED]
+    return batch.where(null | late).select(*cols)
+
+
+def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: int):
+    """The batch's changes (the query over ``live``, the rows on time): the query's
+    columns and each row's event time, with ``ver`` (:func:`changelog` selects the
+    changelog's columns from them)."""
+    from pyspark.sql import Window
+
+    items = [
+        (F.timestamp_millis(F.col(u)) if stamp else F.col(u)).alias(c) for c, u, stamp in query.view
+    ]
+    live.select(*items, F.col("ts").alias(EVENT_TIME)).createOrReplaceTempView(query.name)
+    result = spark.sql(query.text)
+    names = result.columns
+    out = result.select(
+        *[
+            F.col(f"`{n}`").cast(t).alias(c)
+            for n, c, t in zip(names, query.columns, query.types, strict=False)
+        ],
+        F.col(f"`{names[-1]}`").alias(EVENT_TIME),
+    )
+    order = [F.col(f"`{c}`").asc_nulls_last() for c in query.columns]
+    rank = F.row_number().over(Window.partitionBy(EVENT_TIME).orderBy(*order)) - F.lit(1)
+    if versions.counts:
+        counts = versions.counts  # from Arrow: a local relation, no Python worker decodes it
+        prior = pa.table(
+            {EVENT_TIME: pa.array(list(counts), pa.int64()), "__hw_n": list(counts.values())}
+        )
+        prior = spark.createDataFrame(prior)
+        out = out.join(F.broadcast(prior), EVENT_TIME, "left")
+        rank = rank + F.coalesce(F.col("__hw_n"), F.lit(0))
+    return out.select(
+        *[F.col(f"`{c}`") for c in query.columns], F.col(EVENT_TIME), rank.cast("long").alias("ver")
+    )
+
+
+def changelog(F, changes, query: StatelessQuery, ptime: int):
+    """The changelog of :func:`_changes`' rows: the query's columns, ``undo``,
+    ``ptime``, ``ver``."""
+    return changes.select(
+        *[F.col(f"`{c}`") for c in query.columns],
+        F.lit(False).alias("undo"),
+        F.timestamp_millis(F.lit(ptime)).alias("ptime"),
+        F.col("ver"),
+    )
+
+
+def tally(F, changes, dropped) -> tuple[dict[int, int], int]:
+    """In one Spark job: the changes per event time (ms) and the dead letters' count
+    (``dropped``: the batch's rows that are dead letters)."""
+    times = changes.select(F.col(EVENT_TIME))
+    letters = dropped.select(F.lit(None).cast("long").alias(EVENT_TIME))
+    rows = times.unionByName(letters).groupBy(EVENT_TIME).count().collect()
+    counts = {int(r[0]): int(r[1]) for r in rows if r[0] is not None}
+    return counts, sum(int(r[1]) for r in rows if r[0] is None)
+
+
+def next_versions(versions: Versions, counts: dict[int, int], horizon: int, lateness: int):
+    """The counts after a batch: the earlier ones and the batch's (``counts``), for
+    the instants a row may still join at ``horizon`` (the batch's watermark: the
+    next batch's is never lower, so this keeps a few more than it needs at most)."""
+    kept = {t: n for t, n in versions.counts.items() if t + 1 + lateness > horizon}
+    for t, n in counts.items():
+        if t + 1 + lateness > horizon:
+            kept[t] = kept.get(t, 0) + n
+    return Versions(kept, horizon)
+
+
+@dataclass
+class EachBatch:
+    """The ``foreachBatch`` function of the stateless query: one micro-batch's
+    changelog to ``sink``, its dead letters to ``dead_letter_sink``, the version
+    counts to the checkpoint. A batch is at most three Spark jobs: the sink's (the
+    changes, persisted), their counts with the dead letters' count, and the dead
+    letters themselves only when there are any."""
+
+    sql: SqlPlan
+    query: StatelessQuery
+    checkpoint: Checkpoint
+    letters_frame: Callable
+    sink: Any = None
+    dead_letter_sink: Any = None
+
+    def __call__(self, batch, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            self._run(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+    def _run(self, batch, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        query = self.query
+        watermark, ptime = self.checkpoint.batch_times(batch_id)
+        versions = self.checkpoint.versions(batch_id)
+        if watermark is not None and watermark < versions.horizon:
+            raise RuntimeError(
+                f"batch {batch_id}: Spark's watermark {watermark} is below {versions.horizon}, "
+                "the one the version counts were kept for"
+            )
+        ts = F.col("ts")
+        late = _late(F, ts, watermark, query.lateness)
+        spark = batch.sparkSession
+        changes = _changes(F, spark, batch.where(ts.isNotNull() & ~late), query, versions, ptime)
+        changes = changes.persist()
+        try:
+            if self.sink is not None:
+                self.sink(changelog(F, changes, query, ptime), batch_id)
+            counts, dead = tally(F, changes, batch.where(ts.isNull() | late))
+        finally:
+            changes.unpersist()
+        if self.dead_letter_sink is not None:
+            layout = list(self.sql.layouts[0].union)
+            letters = _letters(F, batch, late, query.permissive, layout)
+            dropped = letters.toPandas() if dead else pd.DataFrame()
+            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
+        horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
+        after = next_versions(versions, counts, horizon, query.lateness)
+        self.checkpoint.keep(batch_id, after)
+
+
+def start(
+    sql: SqlPlan,
+    union,
+    delay: int,
+    letters_frame: Callable,
+    *,
+    checkpoint_location: str,
+    sink=None,
+    dead_letter_sink=None,
+    trigger: Mapping[str, Any] | None = None,
+    end_of_input: bool | None = None,
+):
+    """Start the stateless query over ``union`` (the streams in the union layout,
+    :meth:`~headwater.sql.execute.spark.SparkSqlQuery._union`'s), as
+    :meth:`~headwater.sql.execute.spark.SparkSqlQuery.start` does the general path:
+    ``letters_frame(spark, sql, dropped)`` makes the dead letters' frame."""
+    from pyspark.sql import functions as F
+
+    end = end_of_input_for(trigger, end_of_input)
+    checkpoint = Checkpoint(checkpoint_location)
+    if checkpoint.has_ended():
+        raise InputEndedError(ended_message(checkpoint_location))
+    stream = union.withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
+    stream = stream.withWatermark(_WATERMARKED, f"{delay} milliseconds").drop(_WATERMARKED)
+    each_batch = EachBatch(
+        sql, plan_stateless(sql, delay), checkpoint, letters_frame, sink, dead_letter_sink
+    )
+    writer = stream.writeStream.foreachBatch(each_batch).option(
+        "checkpointLocation", checkpoint_location
+    )
+    if trigger:
+        writer = writer.trigger(**trigger)
+
+    def launch():
+        with starting_query(union.sparkSession):
+            return writer.start()
+
+    if end is None or not end.ends:
+        return launch()
+    return BoundedQuery(launch, EndMarker(checkpoint))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class EndMarker:
+    """The end of input of a stateless query for :class:`~headwater.runners.spark.
+    ending.BoundedQuery`: no row waits for it, so there is nothing to signal to the
+    run after the input's; once that run is over, the checkpoint records the end."""
+
+    checkpoint: Checkpoint
+
+    def send(self) -> None:
+        """Nothing to signal: the next run reads what arrived meanwhile, as is."""
+
+    def discard(self) -> None:
+        self.checkpoint.end()

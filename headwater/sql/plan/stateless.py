@@ -1,0 +1,79 @@
+"""Which streaming queries run on Spark without state
+(:mod:`headwater.sql.execute.stateless_spark`).
+
+A query in which no operator combines rows (:class:`~headwater.sql.plan.keys.KeyKind`
+``ROW``) maps each row to its own result rows, so each micro-batch's changes are
+the query over that micro-batch's rows: Spark's own projection, with no state
+store and no Python. This module says whether a query has that shape (a single
+SELECT of scalar expressions from one stream, an optional WHERE, no windowing
+table function, every change emitted at once) or why not, so that ``explain()``
+and tests can tell a user which path a query takes, and gives the SELECT that
+also returns each result row's event time, the group the changelog numbers its
+versions in.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlglot import exp
+
+from headwater.model.windows import FixedWindows
+from headwater.sql.plan.keys import KeyKind
+from headwater.sql.plan.planner import QueryPlan
+
+#: The column of the stateless SELECT that holds each result row's event time (ms).
+EVENT_TIME = "__hw_et"
+#: The groups of a query whose operators take each row on its own: event-time instants.
+_INSTANTS = FixedWindows(timedelta(milliseconds=1))
+#: Clauses of a SELECT that combine rows or read more than the one stream.
+_CLAUSES = ("with_", "joins", "laterals", "distinct", "qualify", "windows", "pivots", "group")
+
+
+def why_not(plan: QueryPlan) -> str | None:
+    """Why the stateless path cannot run ``plan`` on Spark streams (None: it can)."""
+    if not plan.is_stream:
+        return "it reads no stream"
+    if plan.key.kind is not KeyKind.ROW:
+        return f"an operator combines rows ({plan.key.describe()})"
+    if plan.window_fn != _INSTANTS:
+        return "it has a windowing table function"
+    if plan.emit.after_watermark or plan.emit.delay:
+        return f"its changes wait ({plan.emit.describe()})"
+    if len(plan.streams) != 1 or plan.tables:
+        return "it reads more than one table"
+    if plan.functions:
+        return f"it calls the Python function {plan.functions[0].name} (a Spark UDF per row)"
+    query = plan.group_query
+    if not isinstance(query, exp.Select):
+        return "it is not a single SELECT"
+    for arg in _CLAUSES:
+        if query.args.get(arg):
+            return f"it has {arg.rstrip('_').upper()}"
+    source = query.args.get("from_")
+    if source is None or not isinstance(source.this, exp.Table):
+        return "FROM is not the stream itself"
+    for node in query.find_all(exp.Subquery, exp.Exists, exp.Window, exp.AggFunc, exp.Unnest):
+        return f"it has {type(node).__name__.upper()}"
+    if any(s is not query for s in query.find_all(exp.Select)):
+        return "it has a subquery"
+    if any(isinstance(item, exp.Column) and item.is_star for item in query.expressions):
+        return "it selects a qualified * (write the columns)"
+    return None
+
+
+def with_event_time(plan: QueryPlan) -> exp.Select:
+    """The query (``why_not`` None) with ``SELECT *`` spelled out as the stream's
+    columns and each row's event time (:data:`EVENT_TIME`, a column of the
+    micro-batch's rows) as the last column."""
+    query = plan.group_query.copy()
+    stream = plan.streams[0]
+    items: list[exp.Expression] = []
+    for item in query.expressions:
+        if isinstance(item, exp.Star):
+            items += [exp.column(c, quoted=True) for c in stream.columns]
+        else:
+            items.append(item)
+    items.append(exp.column(EVENT_TIME, quoted=True))
+    query.set("expressions", items)
+    return query

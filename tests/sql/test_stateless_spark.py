@@ -1,0 +1,256 @@
+"""The stateless path on Spark streams (headwater/sql/execute/stateless_spark.py):
+a query whose operators take each row on its own runs as Spark's own projection,
+and its changelog and dead letters equal the general path's (the shard operator)
+on the same live file stream, micro-batch by micro-batch: rows out of order, two
+rows of one event time in one batch and a third in a later one (``ver``), a late
+row, a malformed line and a NULL event time; a run stopped in the middle and
+resumed from its checkpoint gives the same changelog."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+import headwater as hw
+from headwater.io.arrival import in_arrival_order
+from headwater.io.end_of_input import InputEndedError
+from headwater.model.watermarks import BoundedOutOfOrderness
+from headwater.sql.execute.spark import SparkSqlQuery
+from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
+from headwater.sql.plan.fast_path import general_path
+from headwater.sql.plan.stateless import why_not
+
+#: One CSV file per micro-batch, in arrival order (watermark: 5 minutes).
+FILES = [
+    ["2020-04-15 08:07:00,2,A", "2020-04-15 08:07:00,3,B"],
+    ["2020-04-15 08:05:00,4,C", "2020-04-15 08:07:00,5,A", "not a time,x,Z"],
+    ["2020-04-15 08:30:00,1,G"],  # moves the watermark to 08:25 for the next batch
+    ["2020-04-15 08:02:00,9,H", "2020-04-15 08:29:00,7,I", ",6,N"],  # H late; N no time
+]
+QUERY = "SELECT bidtime, price * 2 AS p, lower(item) AS item FROM Bid WHERE price > 1"
+
+
+def _write(directory, files) -> str:
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, lines in enumerate(files):
+        path = os.path.join(directory, f"part-{i:03d}.csv")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("bidtime,price,item\n" + "\n".join(lines) + "\n")
+        paths.append(path)
+    in_arrival_order(paths)
+    return str(directory)
+
+
+def _stream(spark, directory) -> Table:
+    """A permissive CSV file stream, as a script's source (spark_source) reads one."""
+    df = (
+        spark.readStream.schema(
+            f"bidtime TIMESTAMP, price BIGINT, item STRING, {RAW_RECORD} STRING"
+        )
+        .option("header", "true")
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", RAW_RECORD)
+        .option("maxFilesPerTrigger", 1)
+        .csv(directory)
+        .selectExpr("*", f"_metadata.file_path AS {SOURCE_FILE}")
+    )
+    return Table(
+        "Bid",
+        spark=df,
+        permissive=True,
+        event_time="bidtime",
+        watermark=BoundedOutOfOrderness(300_000),
+        types={"bidtime": "TIMESTAMP", "price": "BIGINT", "item": "VARCHAR"},
+    )
+
+
+def _run(spark, directory, checkpoint, end_of_input=None) -> tuple[list, list]:
+    """The query over the files there (availableNow): its changelog and dead letters,
+    each batch's rows tagged with the batch id."""
+    changes, letters = [], []
+    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, directory)}, spark=spark)
+    run = query.start(
+        checkpoint_location=str(checkpoint),
+        sink=lambda df, i: changes.append(df.toPandas().assign(batch=i)),
+        dead_letter_sink=lambda df, i: letters.append(df.toPandas().assign(batch=i)),
+        trigger={"availableNow": True},
+        end_of_input=end_of_input,
+    )
+    run.awaitTermination()
+    return changes, letters
+
+
+def _ptimes(checkpoint) -> dict[int, pd.Timestamp]:
+    """Each batch's processing time, from the offset log."""
+    import json
+
+    out = {}
+    for name in os.listdir(os.path.join(checkpoint, "offsets")):
+        if name.isdigit():
+            with open(os.path.join(checkpoint, "offsets", name), encoding="utf-8") as fh:
+                meta = json.loads(fh.read().splitlines()[1])
+            out[int(name)] = pd.Timestamp(meta["batchTimestampMs"], unit="ms")
+    return out
+
+
+def _log(parts: list, checkpoint) -> list[tuple]:
+    """The changelog's rows without ptime (a wall-clock time of each run), after
+    checking every row's ptime is its batch's processing time."""
+    log = pd.concat(parts, ignore_index=True)
+    ptimes = _ptimes(checkpoint)
+    assert (pd.to_datetime(log["ptime"]).dt.tz_localize(None) == log["batch"].map(ptimes)).all()
+    keep = [c for c in log.columns if c != "ptime"]
+    return sorted(tuple(str(v) for v in row) for row in log[keep].itertuples(index=False))
+
+
+def _letters(parts: list) -> list[tuple]:
+    log = pd.concat(parts, ignore_index=True)
+    return sorted(tuple(str(v) for v in row) for row in log.itertuples(index=False))
+
+
+@pytest.mark.spark
+def test_stateless_path_equals_the_shard_operator(spark, tmp_path):
+    data = _write(tmp_path / "bids", FILES)
+    fast, fast_letters = _run(spark, data, tmp_path / "fast")
+    with general_path():
+        slow, slow_letters = _run(spark, data, tmp_path / "slow")
+    assert _log(fast, tmp_path / "fast") == _log(slow, tmp_path / "slow")
+    assert _letters(fast_letters) == _letters(slow_letters)
+    letters = pd.concat(fast_letters, ignore_index=True)
+    assert sorted(letters["reason"]) == ["late", "malformed", "null_event_time"]
+    log = pd.concat(fast, ignore_index=True)
+    # two rows of 08:07 in the first batch, a third in the second: versions 0, 1, 2
+    assert sorted(log[log["item"].isin(["a", "b"])]["ver"]) == [0, 1, 2]
+    assert [c for c in log.columns if c != "batch"] == [
+        "bidtime",
+        "p",
+        "item",
+        "undo",
+        "ptime",
+        "ver",
+    ]
+    assert [str(t) for t in fast[0].dtypes] == [str(t) for t in slow[0].dtypes]
+
+
+@pytest.mark.spark
+def test_stateless_plan_has_no_state(spark, tmp_path, capsys):
+    data = _write(tmp_path / "bids", FILES[:1])
+    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
+    run = query.start(
+        checkpoint_location=str(tmp_path / "cp"),
+        sink=lambda df, i: df.count(),
+        trigger={"availableNow": True},
+        end_of_input="never",
+    )
+    run.awaitTermination()
+    run.explain()
+    plan = capsys.readouterr().out
+    assert "EventTimeWatermark" in plan and "ReadSchema" in plan  # the micro-batch's plan
+    assert "TransformWithState" not in plan and "transformWithState" not in plan
+    with general_path():
+        old = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
+        run = old.start(
+            checkpoint_location=str(tmp_path / "old"),
+            sink=lambda df, i: df.count(),
+            trigger={"availableNow": True},
+            end_of_input="never",
+        )
+        run.awaitTermination()
+        run.explain()
+    assert "TransformWithState" in capsys.readouterr().out  # the check can fail
+
+
+@pytest.mark.spark
+def test_restart_from_checkpoint_numbers_as_one_run(spark, tmp_path):
+    whole = _write(tmp_path / "whole", FILES)
+    once, once_letters = _run(spark, whole, tmp_path / "once")
+    parts = tmp_path / "parts"
+    _write(parts, FILES[:2])
+    first, first_letters = _run(spark, str(parts), tmp_path / "twice", end_of_input=False)
+    _write(parts, FILES)  # the same two files, then two more
+    in_arrival_order([os.path.join(parts, f"part-{i:03d}.csv") for i in range(len(FILES))])
+    second, second_letters = _run(spark, str(parts), tmp_path / "twice")
+    assert _log(first + second, tmp_path / "twice") == _log(once, tmp_path / "once")
+    assert len(_letters(first_letters + second_letters)) == len(_letters(once_letters))
+    with pytest.raises(InputEndedError):  # the run ended its input: every row would be late
+        _run(spark, whole, tmp_path / "once")
+
+
+BIDS = pd.DataFrame({"bidtime": pd.to_datetime(["2020-04-15 08:07"]), "price": [2], "item": ["A"]})
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("SELECT bidtime, price FROM Bid WHERE price > 1", None),
+        ("SELECT * FROM Bid", None),
+        ("SELECT item, COUNT(*) AS n FROM Bid GROUP BY item", "an operator combines rows"),
+        ("SELECT bidtime, price FROM Bid EMIT AFTER WATERMARK", "its changes wait"),
+        (
+            "SELECT wstart, price FROM Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime),"
+            " dur => INTERVAL '10' MINUTE)",
+            "windowing table function",
+        ),
+        ("SELECT B.* FROM Bid B", "qualified *"),
+    ],
+)
+def test_which_queries_take_the_stateless_path(text, reason):
+    stream = hw.from_pandas(
+        BIDS, event_time="bidtime", arrival_time="bidtime", watermark="1 minute"
+    )
+    query = hw.sql(text, {"Bid": stream})
+    found = why_not(query.plan)
+    assert found is None if reason is None else reason in (found or "")
+    explained = query.explain()
+    if reason is None:
+        assert "on Spark streams: stateless: Spark's own projection" in explained
+    else:
+        assert f"because {found}" in explained
+    with general_path():
+        assert (
+            "shard operator (transformWithStateInPandas, state store) because general_path()"
+            in (query.explain())
+        )
+
+
+#: NEXMark queries that take the stateless path, over the functions the Spark SQL
+#: translation must give DuckDB's values for (DECIMAL, DATE_FORMAT, REGEXP_EXTRACT,
+#: SPLIT_INDEX).
+NEXMARK = ["q1", "q10", "q21", "q22"]
+
+
+def _sink_table(sink, name: str) -> list[tuple]:
+    import duckdb
+
+    with duckdb.connect(str(sink)) as con:
+        frame = con.execute(f"SELECT * FROM nexmark_{name}").df()
+    # the row hash and the batch that wrote it depend on the runner's micro-batches
+    frame = frame.drop(columns=["__row", "batch_id"])
+    for column in frame.columns:  # Spark's timestamps reach the sink in UTC, the replay's naive
+        if isinstance(frame[column].dtype, pd.DatetimeTZDtype):
+            frame[column] = frame[column].dt.tz_convert(None)
+    return sorted(tuple(str(v) for v in row) for row in frame.itertuples(index=False))
+
+
+@pytest.mark.spark
+def test_nexmark_row_queries_on_file_streams_equal_the_local_runner(spark, tmp_path):
+    """Each query's table through the stateless path over the generator's Parquet file
+    streams (a few micro-batches) equals the local runner's over the replay."""
+    from headwater.bench import nexmark as bench
+    from headwater.sql.script import run_script
+
+    args = bench.parse_args(["--events", "600", "--events-per-file", "150", "--runner", "spark"])
+    _, data = bench.prepare(args, tmp_path, ["headwater"])
+    local = bench.parse_args(["--events", "600", "--runner", "local"])
+    for name in NEXMARK:
+        text = bench.script(name, args, data, tmp_path / f"{name}-spark.duckdb")
+        list(run_script(text, runner="spark", checkpoint=str(tmp_path / f"cp-{name}")))
+        assert list((tmp_path / f"cp-{name}").glob("*/headwater-stateless")), name  # its path
+        mine = _sink_table(tmp_path / f"{name}-spark.duckdb", name)
+        text = bench.script(name, local, data, tmp_path / f"{name}-local.duckdb")
+        list(run_script(text, runner="local"))
+        assert mine == _sink_table(tmp_path / f"{name}-local.duckdb", name), name
+        assert len(mine) > 10, name
