@@ -19,7 +19,6 @@ from headwater.io.end_of_input import InputEndedError
 from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql.execute.spark import SparkSqlQuery
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
-from headwater.sql.plan.fast_path import general_path
 from headwater.sql.plan.stateless import why_not
 
 #: One CSV file per micro-batch, in arrival order (watermark: 5 minutes).
@@ -67,11 +66,13 @@ def _stream(spark, directory) -> Table:
     )
 
 
-def _run(spark, directory, checkpoint, end_of_input=None) -> tuple[list, list]:
+def _run(spark, directory, checkpoint, end_of_input=None, fast_path=True) -> tuple[list, list]:
     """The query over the files there (availableNow): its changelog and dead letters,
     each batch's rows tagged with the batch id."""
     changes, letters = [], []
-    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, directory)}, spark=spark)
+    query = SparkSqlQuery(
+        QUERY, {"Bid": _stream(spark, directory)}, spark=spark, fast_path=fast_path
+    )
     run = query.start(
         checkpoint_location=str(checkpoint),
         sink=lambda df, i: changes.append(df.toPandas().assign(batch=i)),
@@ -115,8 +116,7 @@ def _letters(parts: list) -> list[tuple]:
 def test_stateless_path_equals_the_shard_operator(spark, tmp_path):
     data = _write(tmp_path / "bids", FILES)
     fast, fast_letters = _run(spark, data, tmp_path / "fast")
-    with general_path():
-        slow, slow_letters = _run(spark, data, tmp_path / "slow")
+    slow, slow_letters = _run(spark, data, tmp_path / "slow", fast_path=False)
     assert _log(fast, tmp_path / "fast") == _log(slow, tmp_path / "slow")
     assert _letters(fast_letters) == _letters(slow_letters)
     letters = pd.concat(fast_letters, ignore_index=True)
@@ -150,16 +150,15 @@ def test_stateless_plan_has_no_state(spark, tmp_path, capsys):
     plan = capsys.readouterr().out
     assert "EventTimeWatermark" in plan and "ReadSchema" in plan  # the micro-batch's plan
     assert "TransformWithState" not in plan and "transformWithState" not in plan
-    with general_path():
-        old = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
-        run = old.start(
-            checkpoint_location=str(tmp_path / "old"),
-            sink=lambda df, i: df.count(),
-            trigger={"availableNow": True},
-            end_of_input="never",
-        )
-        run.awaitTermination()
-        run.explain()
+    old = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark, fast_path=False)
+    run = old.start(
+        checkpoint_location=str(tmp_path / "old"),
+        sink=lambda df, i: df.count(),
+        trigger={"availableNow": True},
+        end_of_input="never",
+    )
+    run.awaitTermination()
+    run.explain()
     assert "TransformWithState" in capsys.readouterr().out  # the check can fail
 
 
@@ -209,11 +208,11 @@ def test_which_queries_take_the_stateless_path(text, reason):
         assert "on Spark streams: stateless: Spark's own projection" in explained
     else:
         assert f"because {found}" in explained
-    with general_path():
-        assert (
-            "shard operator (transformWithStateInPandas, state store) because general_path()"
-            in (query.explain())
-        )
+    switched_off = hw.sql(text, {"Bid": stream}, fast_path=False).explain()
+    assert (
+        "shard operator (transformWithStateInPandas, state store) because the fast paths"
+        " were switched off for this query" in switched_off
+    )
 
 
 #: NEXMark queries that take the stateless path, over the functions the Spark SQL

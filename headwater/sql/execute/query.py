@@ -27,7 +27,6 @@ from headwater.sql.maintain.batch import BatchQuery
 from headwater.sql.parse.ddl import state_ttl_ms
 from headwater.sql.parse.dialect import Headwater, parse_query
 from headwater.sql.plan.catalog import Catalog, Table, as_replay
-from headwater.sql.plan.fast_path import enabled
 from headwater.sql.plan.functions import Functions, function_set
 from headwater.sql.plan.planner import QueryPlan, analyze
 from headwater.sql.plan.proctime import with_processing_time
@@ -201,7 +200,7 @@ def _describe_batch(plan: QueryPlan) -> str:
 
 def _describe_spark_path(plan: QueryPlan) -> str:
     """Whether the query runs over Spark streams without state, and why not."""
-    reason = stateless_why_not(plan) if enabled() else "general_path() switched it off"
+    reason = stateless_why_not(plan)
     if reason is None:
         return "stateless: Spark's own projection per micro-batch (no transformWithState)"
     return f"the shard operator (transformWithStateInPandas, state store) because {reason}"

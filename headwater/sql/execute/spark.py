@@ -70,7 +70,6 @@ from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
-from headwater.sql.plan.fast_path import enabled
 from headwater.sql.plan.functions import Functions, function_error, register_spark
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.quality import QualityQuery
@@ -348,7 +347,7 @@ class SparkSqlQuery(SqlQuery):
                 "a Spark stream needs a watermark",
                 hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
             )
-        if enabled() and stateless_why_not(self.plan) is None:  # Spark's own projection
+        if stateless_why_not(self.plan) is None:  # Spark's own projection
             return stateless_spark.start(
                 sql,
                 self._union(sql),

@@ -34,6 +34,8 @@ def why_not(plan: QueryPlan) -> str | None:
     """Why the stateless path cannot run ``plan`` on Spark streams (None: it can)."""
     if not plan.is_stream:
         return "it reads no stream"
+    if not plan.fast_path:
+        return "the fast paths were switched off for this query (fast_path=False)"
     if plan.key.kind is not KeyKind.ROW:
         return f"an operator combines rows ({plan.key.describe()})"
     if plan.window_fn != _INSTANTS:
