@@ -135,31 +135,29 @@ def test_stateless_path_equals_the_shard_operator(spark, tmp_path):
     assert [str(t) for t in fast[0].dtypes] == [str(t) for t in slow[0].dtypes]
 
 
+def _micro_batch_plan(spark, data, checkpoint, capsys, fast_path: bool) -> str:
+    """The physical plan of the query's last micro-batch over the files there."""
+    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark, fast_path=fast_path)
+    run = query.start(
+        checkpoint_location=str(checkpoint),
+        sink=lambda df, i: df.count(),
+        trigger={"availableNow": True},
+        end_of_input="never",
+    )
+    run.awaitTermination()
+    capsys.readouterr()
+    run.explain()
+    return capsys.readouterr().out
+
+
 @pytest.mark.spark
 def test_stateless_plan_has_no_state(spark, tmp_path, capsys):
     data = _write(tmp_path / "bids", FILES[:1])
-    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
-    run = query.start(
-        checkpoint_location=str(tmp_path / "cp"),
-        sink=lambda df, i: df.count(),
-        trigger={"availableNow": True},
-        end_of_input="never",
-    )
-    run.awaitTermination()
-    run.explain()
-    plan = capsys.readouterr().out
+    plan = _micro_batch_plan(spark, data, tmp_path / "cp", capsys, fast_path=True)
     assert "EventTimeWatermark" in plan and "ReadSchema" in plan  # the micro-batch's plan
     assert "TransformWithState" not in plan and "transformWithState" not in plan
-    old = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark, fast_path=False)
-    run = old.start(
-        checkpoint_location=str(tmp_path / "old"),
-        sink=lambda df, i: df.count(),
-        trigger={"availableNow": True},
-        end_of_input="never",
-    )
-    run.awaitTermination()
-    run.explain()
-    assert "TransformWithState" in capsys.readouterr().out  # the check can fail
+    old = _micro_batch_plan(spark, data, tmp_path / "old", capsys, fast_path=False)
+    assert "TransformWithState" in old  # the check can fail
 
 
 @pytest.mark.spark
