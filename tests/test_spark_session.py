@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -176,3 +177,23 @@ def test_the_docs_example_runs(spark):
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/spark.md", "exec"), {})  # noqa: S102
+
+
+def test_the_docs_import_timing_commands_run():
+    """docs/spark.md's commands that time PySpark's imports from its zips against
+    the installed package run as written (from the checkout, the venv's python)."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "spark.md").read_text()
+    blocks = [b for b in re.findall(r"```console\n(.*?)```", text, flags=re.S) if "zip" in b]
+    assert len(blocks) == 1
+    script = "\n".join(line[2:] for line in blocks[0].splitlines() if line.startswith("$ "))
+    site = Path(pytest.importorskip("pyspark").__file__).parents[1]
+    script = script.replace(".venv/lib/python3.11/site-packages", str(site))
+    for name in re.findall(r"\$L/([\w.-]+\.zip)", script):  # the zips Spark's workers import
+        assert (site / "pyspark" / "python" / "lib" / name).is_file(), name
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-ec", script], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("real") == 2  # each import timed

@@ -18,6 +18,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from headwater.io.sinks.stores import qid
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer
@@ -31,10 +32,6 @@ _RAW = "__stage1_rows"
 _COUNT = "__hw_n"
 
 KeyOf = Callable[[pd.DataFrame], np.ndarray]
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def net(rows: pd.DataFrame, sign: np.ndarray, columns: list[str]) -> pd.DataFrame:
@@ -72,7 +69,7 @@ class SecondStage:
         register_duckdb(self.con, functions)
         for table, frame in (tables or {}).items():
             self.con.register(table, frame)
-        casts = [f"CAST({_quoted(c)} AS {t}) AS {_quoted(c)}" for c, t in first]
+        casts = [f"CAST({qid(c)} AS {t}) AS {qid(c)}" for c, t in first]
         casts.append(f"CAST({GROUP_KEY} AS VARCHAR) AS {GROUP_KEY}")
         self.view = pd.DataFrame({c: pd.Series(dtype=object) for c in [*names, GROUP_KEY]})
         self.con.register(_RAW, self.view)
