@@ -52,6 +52,7 @@ WRITTEN = (
     "q14",
     "q17",
     "q20",
+    "q23",
     "q21",
     "q22",
 )
@@ -67,7 +68,6 @@ NATIVE_MISSING = {
     "q16": "not expressible: Spark streaming has no COUNT(DISTINCT) (approximate only)",
     "q18": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
     "q19": "not expressible: Spark streaming has no ROW_NUMBER over a stream",
-    "q23": "not written: a join of the three streams",
 }
 
 
@@ -89,7 +89,7 @@ def _rank_counts(F) -> list[Any]:
 
 def native_queries(F) -> dict[str, NativeQuery]:
     """The hand-written queries (``F``: pyspark.sql.functions, imported by the caller)."""
-    return {**_stateless_and_joins(F), **windowed_queries(F)}
+    return {**_stateless_and_joins(F), **windowed_queries(F), **regular_joins(F)}
 
 
 def _stateless_and_joins(F) -> dict[str, NativeQuery]:
@@ -210,7 +210,14 @@ def windowed_queries(F) -> dict[str, NativeQuery]:
             ),
             windowed=True,
         ),
+    }
+
+
+def regular_joins(F) -> dict[str, NativeQuery]:
+    """q20 and q23: joins of streams with no time bound (every row stays in state)."""
+    return {
         "q20": NativeQuery(lambda s: _bids_of_category(s["bid"], s["auction"], F)),
+        "q23": NativeQuery(lambda s: _bids_of_sellers(s["bid"], s["person"], s["auction"], F)),
     }
 
 
@@ -265,6 +272,29 @@ def _bids_of_category(bid, auction, F):
         F.col("A.dateTime").alias("auction_dateTime"),
         *(F.col(f"A.{c}") for c in ("expires", "seller", "category")),
         F.col("A.extra").alias("auction_extra"),
+    )
+
+
+def _bids_of_sellers(bid, person, auction, F):
+    """q23: each bid of a person who also sells, with the person and each of their
+    auctions (two regular joins, no watermark: every row stays in state, as in Flink)."""
+    b, p, a = bid.alias("B"), person.alias("P"), auction.alias("A")
+    person_columns = ("name", "emailAddress", "creditCard", "city", "state")
+    auction_columns = ("itemName", "description", "initialBid", "reserve")
+    return (
+        b.join(p, F.col("P.id") == F.col("B.bidder"))
+        .join(a, F.col("A.seller") == F.col("B.bidder"))
+        .select(
+            *(F.col(f"B.{c}") for c in ("bidder", "price", "channel", "url")),
+            F.col("B.extra").alias("bid_extra"),
+            F.col("P.id").alias("person_id"),
+            *(F.col(f"P.{c}") for c in person_columns),
+            F.col("P.extra").alias("person_extra"),
+            *(F.col(f"A.{c}") for c in auction_columns),
+            F.col("A.dateTime").alias("auction_dateTime"),
+            *(F.col(f"A.{c}") for c in ("expires", "seller", "category")),
+            F.col("A.extra").alias("auction_extra"),
+        )
     )
 
 
