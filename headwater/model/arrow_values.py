@@ -16,7 +16,17 @@ from collections.abc import Sequence
 
 import cloudpickle
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+
+
+def exact_numpy(values: pd.Series) -> np.ndarray:
+    """A column's values as numpy without changing any value: a nullable integer
+    column with NULLs becomes objects (ints and None), where pandas would give
+    floats that round integers past 2**53."""
+    if pd.api.types.is_integer_dtype(values.dtype) and values.hasnans:
+        return values.to_numpy(object, na_value=None)
+    return values.to_numpy()
 
 
 # ---------------------------------------------------------------- pickled values

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from headwater.model import state
+from headwater.model.arrow_values import exact_numpy
 from headwater.model.combiners import CombineFn, ToList, object_array
 from headwater.model.merging import RetractionQueue, WindowMerger
 from headwater.model.panes import Accumulation, TimestampCombiner, Timing
@@ -358,7 +359,7 @@ class Reducer:
         if values is None:
             return {_VALUE: np.zeros(n, dtype=np.int64)}
         if isinstance(values, pd.DataFrame):
-            return {c: values[c].to_numpy() for c in values.columns}
+            return {c: exact_numpy(values[c]) for c in values.columns}
         if isinstance(values, Mapping):
             return {c: np.asarray(v) for c, v in values.items()}
         return {_VALUE: np.asarray(values)}

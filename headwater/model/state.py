@@ -69,6 +69,7 @@ import pyarrow as pa
 from headwater.model.arrow_values import (
     array_from_arrow,
     array_to_arrow,
+    exact_numpy,
     is_primitive,
     objects_from_arrow,
     objects_to_arrow,
@@ -119,7 +120,7 @@ def _ipc(table: pa.Table) -> pa.Buffer:
 
 
 def _frame_to_table(frame: pd.DataFrame) -> pa.Table:
-    return pa.table({c: array_to_arrow(frame[c].to_numpy()) for c in frame.columns})
+    return pa.table({c: array_to_arrow(exact_numpy(frame[c])) for c in frame.columns})
 
 
 def _table_to_frame(table: pa.Table) -> pd.DataFrame:

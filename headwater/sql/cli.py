@@ -88,6 +88,19 @@ def parser() -> argparse.ArgumentParser:
         "keep it)",
     )
     p.add_argument(
+        "--no-fast-path",
+        dest="fast_path",
+        action="store_false",
+        help="run every query on the general path, even a windowed aggregate the fast "
+        "path takes (the same results; to compare the two, or to rule the fast path out)",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print how the query runs (its stages, keys, state growth and path) "
+        "instead of running it",
+    )
+    p.add_argument(
         "--runner",
         choices=("local", "spark"),
         default="local",
@@ -213,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.file:
             from headwater.sql.script import run_script
 
+            if args.explain:
+                raise SqlError("--explain takes a query, not a script (-f)")
             with open(args.file, encoding="utf-8") as fh:
                 text = fh.read()
             options = {
@@ -220,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "follow": args.follow,
                 "as_of": as_of,
                 "state_ttl": ttl,
+                "fast_path": args.fast_path,
             }
             letters = ScriptDeadLetters(args.dead_letters)
             scripted = run_script(
@@ -244,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             runner=args.runner,
             functions=_functions(args),
             state_ttl=ttl,
+            fast_path=args.fast_path,
         )
+        if args.explain:
+            sys.stdout.write(query.explain() + "\n")
+            return 0
         sys.stdout.write(render(query.to_pandas(as_of), args.format))
         _report_dead_letters(query.dead_letters(as_of), args.dead_letters)
         return 0

@@ -67,14 +67,18 @@ def run_script(
     """Run a script's statements in order; yields the result of each plain query.
     ``functions``: Python functions its queries call, with those of its ``CREATE
     FUNCTION ... LANGUAGE PYTHON``; ``options["state_ttl"]``: every query's state
-    time-to-live (:mod:`headwater.sql.plan.ttl`)."""
+    time-to-live (:mod:`headwater.sql.plan.ttl`); ``options["fast_path"]``: False
+    keeps every query off the fast path."""
     tables = dict(tables or {})
+    options = dict(options)
+    fast_path = options.pop("fast_path", True)
     ttl = options.get("state_ttl")
     known = function_set(functions)
     sinks: dict[str, Any] = {}
     sink_columns: dict[str, list[str]] = {}
     sink_types: dict[str, dict[str, str]] = {}
     views: dict[str, exp.Query] = {}
+    binding = {"runner": runner, "functions": known, "state_ttl": ttl, "fast_path": fast_path}
     for statement in parse(text):
         statement = with_views(statement, views)
         if isinstance(statement, exp.Create) and statement.kind == "VIEW":
@@ -102,17 +106,15 @@ def run_script(
                     "Declare it with CREATE TABLE ... WITH ('format' = 'changelog' | 'table', ...)",
                 )
             select = by_position(statement.expression, sink_columns[target.lower()])
-            query = bind(select, tables, name=target, runner=runner, functions=known, state_ttl=ttl)
+            query = bind(select, tables, name=target, **binding)
             declared = sink_types[target.lower()]
             fitted = fit_to_sink(select, result_types(query.plan), declared, target)
             if fitted is not select:  # cast to the sink's types (store assignment)
-                query = bind(
-                    fitted, tables, name=target, runner=runner, functions=known, state_ttl=ttl
-                )
+                query = bind(fitted, tables, name=target, **binding)
             letters = None if dead_letters is None else dead_letters(query.plan.name)
             query.write(sink, dead_letter_sink=letters, **options)
             continue
-        query = bind(statement, tables, runner=runner, functions=known, state_ttl=ttl)
+        query = bind(statement, tables, **binding)
         yield query.to_pandas(options.get("as_of"))
         if dead_letters is not None:
             query.write_dead_letters(dead_letters(query.plan.name), options.get("as_of"))

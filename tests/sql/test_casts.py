@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import headwater as hw
+from headwater.sql import SqlError
 from headwater.sql.parse.dialect import parse_query
 from headwater.sql.plan.casts import truncating_casts
 
@@ -120,7 +121,7 @@ def test_a_cast_of_an_aggregate_truncates_on_both_streaming_paths(fast_path: boo
     assert (row.a, row.s) == tuple(hw.sql(WINDOWED, {"t": ROWS}).to_pandas().iloc[0][["a", "s"]])
 
 
-def test_only_casts_of_fractions_to_integers_change() -> None:
+def test_only_casts_of_fractions_and_text_to_integers_change() -> None:
     text = (
         "SELECT CAST(x AS BIGINT) AS a, CAST(n AS BIGINT) AS b, CAST(k AS BIGINT) AS c, "
         "CAST(x AS VARCHAR) AS e, TRY_CAST(x AS INT) AS f FROM t"
@@ -129,5 +130,64 @@ def test_only_casts_of_fractions_to_integers_change() -> None:
 
     written = truncating_casts(parse_query(text), [Table("t", frame=ROWS)]).sql()
     assert "CAST(TRUNC(x) AS BIGINT) AS a" in written
-    assert "CAST(n AS BIGINT) AS b" in written and "CAST(k AS BIGINT) AS c" in written
+    assert "CAST(n AS BIGINT) AS b" in written
+    assert "REGEXP_LIKE(TRIM(k), '^[+-]?[0-9]+$') THEN TRIM(k)" in written  # text: see below
     assert "CAST(x AS VARCHAR) AS e" in written and "TRY_CAST(TRUNC(x) AS INT) AS f" in written
+
+
+#: Text into an integer: only an integer's digits (around blanks) are one, as on
+#: Spark (ANSI) and Flink; DuckDB alone reads '1.5' as 2, '1e2' as 100, '0x10' as 16.
+TEXTS = pd.DataFrame(
+    {
+        "k": list("abcdefgh"),
+        "ts": [T0 + pd.Timedelta(seconds=i) for i in range(8)],
+        "s": [" 12 ", "+7", "-3", "1.5", "1e2", "0x10", "abc", None],
+    }
+)
+TEXT_CASTS = "SELECT k, TRY_CAST(s AS INT) AS i, TRY_CAST(s AS BIGINT) AS b FROM t"
+TEXT_EXPECTED = [("a", 12, 12), ("b", 7, 7), ("c", -3, -3)] + [(k, None, None) for k in "defgh"]
+
+
+def test_duckdb_alone_reads_more_text_as_integers() -> None:
+    """The check can fail: DuckDB's own TRY_CAST reads these."""
+    import duckdb
+
+    got = duckdb.sql(
+        "SELECT TRY_CAST('1.5' AS INT), TRY_CAST('1e2' AS INT), TRY_CAST('0x10' AS INT)"
+    )
+    assert got.fetchone() == (2, 100, 16)
+
+
+@pytest.mark.parametrize("source", ["bounded", "stream"])
+def test_text_into_an_integer_takes_only_digits(source: str) -> None:
+    table = TEXTS if source == "bounded" else replay(TEXTS)
+    text = TEXT_CASTS if source == "bounded" else TEXT_CASTS + " EMIT STREAM"
+    got = hw.sql(text, {"t": table}).to_pandas()
+    assert as_rows(got, ["k", "i", "b"]) == sorted(TEXT_EXPECTED, key=repr)
+
+
+@pytest.mark.parametrize("value", ["1.5", "1e2", "0x10", "abc"])
+def test_a_cast_of_other_text_fails_naming_the_value(value: str) -> None:
+    rows = TEXTS.assign(s=["1", value, *["2"] * 6])
+    with pytest.raises(SqlError, match=f"not an integer: {value}"):
+        hw.sql("SELECT k, CAST(s AS INT) AS i FROM t", {"t": rows}).to_pandas()
+    assert hw.sql("SELECT CAST(s AS INT) AS i FROM t", {"t": TEXTS.head(3)}).to_pandas()[
+        "i"
+    ].tolist() == [12, 7, -3]
+
+
+@pytest.mark.spark
+def test_spark_reads_text_as_the_local_runner(spark) -> None:
+    got = hw.sql(TEXT_CASTS + " EMIT STREAM", {"t": replay(TEXTS)}, runner="spark").to_pandas()
+    assert as_rows(got, ["k", "i", "b"]) == sorted(TEXT_EXPECTED, key=repr)
+    bounded = hw.sql(TEXT_CASTS, {"t": spark.createDataFrame(TEXTS)}, runner="spark").to_pandas()
+    assert as_rows(bounded, ["k", "i", "b"]) == sorted(TEXT_EXPECTED, key=repr)
+
+
+def test_planning_a_stage_again_does_not_wrap_twice() -> None:
+    from headwater.sql.plan.catalog import Table
+
+    tables = [Table("t", frame=TEXTS)]
+    once = truncating_casts(parse_query(TEXT_CASTS), tables)
+    assert truncating_casts(once, tables).sql() == once.sql()
+    assert once.sql().count("REGEXP_LIKE") == 2

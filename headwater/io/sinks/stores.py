@@ -11,6 +11,7 @@ the batch id in the metadata table, and reads the table back.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -134,7 +135,8 @@ class DuckDBStore(Store):
             yield self._memory
             return
         # A connection per batch: the file is not locked between batches, so other
-        # processes can read it.
+        # processes can read it. Its directory is made as the file sinks make theirs.
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         con = duckdb.connect(self.path)
         try:
             yield con

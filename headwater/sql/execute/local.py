@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 
+from headwater.model.arrow_values import exact_numpy
 from headwater.model.combiners import ToList
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
@@ -342,7 +343,8 @@ def union_rows(sql: SqlPlan) -> pd.DataFrame:
         part = {SOURCE: np.full(len(frame), i, dtype=np.int64)}
         for column, union in zip(layout.columns, layout.union, strict=True):
             values = frame[column]
-            part[union] = event_millis(values) if column in layout.timestamps else values.to_numpy()
+            stamp = column in layout.timestamps
+            part[union] = event_millis(values) if stamp else exact_numpy(values)
         part[EVENT_TIME] = event_millis(frame[table.event_time])
         part[KEY] = group_keys(frame, sql.query, part[EVENT_TIME], table.name)
         part[PTIME] = frame[PTIME].to_numpy(np.int64)

@@ -89,6 +89,8 @@ def _spark_type(series: pd.Series) -> str:
             inferred = pa.Array.from_pandas(series.dropna()).type
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed values: carried as text
             return "string"
+        if pa.types.is_integer(inferred):  # a nullable integer, kept exact as ints
+            return "bigint"
         if pa.types.is_decimal(inferred):
             return f"decimal({inferred.precision},{inferred.scale})"
     return "string"

@@ -1,5 +1,5 @@
-"""An explicit ``CAST`` of a fraction to an integer truncates toward zero on
-every runner.
+"""An explicit ``CAST`` to an integer means the same on every runner: a
+fraction truncates toward zero, and text must be an integer.
 
 Spark, Flink and Java's narrowing cast truncate ``CAST(2.7 AS BIGINT)`` to 2;
 DuckDB rounds half away from zero (3). headwater keeps one meaning, Spark's and
@@ -10,11 +10,17 @@ BIGINT)`` (``INT``, ``SMALLINT``, ``TINYINT``...; ``TRY_CAST`` too) of a
 (TRUNC keeps NULL; -2.7 is -2), which the bounded query, both streaming paths
 and Spark all run (sqlglot writes Spark's ``TRUNC`` as its truncating cast).
 
+Text into an integer: DuckDB reads ``'1.5'`` as 2, ``'1e2'`` as 100 and ``'0x10'``
+as 16, where Spark (ANSI) and Flink accept only an integer's digits. The planner
+keeps theirs: ``TRY_CAST(s AS INT)`` of a text ``s`` is written ``CASE WHEN
+REGEXP_LIKE(TRIM(s), '^[+-]?[0-9]+$') THEN TRY_CAST(TRIM(s) AS INT) END`` (NULL
+for any other text, on every runner), and ``CAST(s AS INT)`` casts ``'not an
+integer: ' || s`` for other text, so every runner fails on it, naming the value.
+
 ``x``'s type comes from the query's text alone (planning never reads data):
 sqlglot's type annotation of ``x``, each column read as the type of the
 column of that name in the query's tables or in the output of the query's
-subqueries and CTEs (innermost first). An integer or text ``x`` is cast as
-written (DuckDB's TRUNC has no text form).
+subqueries and CTEs (innermost first). An integer ``x`` is cast as written.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ T = exp.DataType.Type
 INTEGERS = frozenset(exp.DataType.INTEGER_TYPES - {T.BIT})
 #: The types of fractions (rounded by DuckDB's cast to an integer).
 FRACTIONS = frozenset(exp.DataType.REAL_TYPES)
+#: Text types (DuckDB's cast reads fractions, exponents and hex in them).
+TEXTS = frozenset(exp.DataType.TEXT_TYPES)
+#: The text of an integer, as Spark and Flink read it (around blanks).
+INTEGER_TEXT = "^[+-]?[0-9]+$"
 
 
 def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expression:
@@ -43,9 +53,14 @@ def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expr
     types = _table_types(tables)
     selects = list(query.find_all(exp.Select))
     for select in reversed(selects):  # breadth first, reversed: inner queries first
-        for cast in select.find_all(exp.Cast):
-            if _to_integer(cast) and _scope(cast) is select and _fraction(cast.this, types):
+        for cast in list(select.find_all(exp.Cast)):
+            if not _to_integer(cast) or _scope(cast) is not select or _guarded(cast):
+                continue
+            kind = _type_of(cast.this, types).this
+            if kind in FRACTIONS:
                 cast.set("this", exp.Trunc(this=cast.this))
+            elif kind in TEXTS:
+                _integer_text(cast)
         for item in select.expressions:
             _learn(types, item.alias_or_name.lower(), _type_of(item, types))
     return query
@@ -55,13 +70,44 @@ def _to_integer(cast: exp.Cast) -> bool:
     return cast.to.this in INTEGERS and not isinstance(cast.this, exp.Trunc)
 
 
+def _is_integer_text(text: exp.Expression) -> exp.Expression:
+    return exp.RegexpLike(
+        this=exp.Trim(this=text.copy()), expression=exp.Literal.string(INTEGER_TEXT)
+    )
+
+
+def _integer_text(cast: exp.Cast) -> None:
+    """Rewrite a cast of text to an integer (in place) to accept only an integer's
+    digits: a TRY_CAST gives NULL for other text, a CAST fails naming the value."""
+    text = cast.this
+    check = _is_integer_text(text)
+    if isinstance(cast, exp.TryCast):
+        guarded = exp.Case(ifs=[exp.If(this=check, true=cast.copy())])
+        guarded.args["ifs"][0].args["true"].set("this", exp.Trim(this=text.copy()))
+        cast.replace(guarded)
+        return
+    failing = exp.DPipe(this=exp.Literal.string("not an integer: "), expression=text.copy())
+    cast.set(
+        "this",
+        exp.Case(ifs=[exp.If(this=check, true=exp.Trim(this=text.copy()))], default=failing),
+    )
+
+
+def _guarded(cast: exp.Cast) -> bool:
+    """Whether ``cast`` is already one :func:`_integer_text` wrote (planning a
+    query's stage again must not wrap it twice)."""
+    ifs = [cast.parent] if isinstance(cast.parent, exp.If) else []
+    if isinstance(cast.this, exp.Case):
+        ifs += cast.this.args.get("ifs") or []
+    return any(
+        isinstance(branch.this, exp.RegexpLike) and branch.this.expression.name == INTEGER_TEXT
+        for branch in ifs
+    )
+
+
 def _scope(node: exp.Expression) -> exp.Select | None:
     """The SELECT whose columns ``node`` reads."""
     return node.find_ancestor(exp.Select)
-
-
-def _fraction(node: exp.Expression, types: dict[str, exp.DataType | None]) -> bool:
-    return _type_of(node, types).this in FRACTIONS
 
 
 def _type_of(node: exp.Expression, types: dict[str, exp.DataType | None]) -> exp.DataType:
