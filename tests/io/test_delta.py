@@ -320,3 +320,16 @@ def test_docs_example_runs(tmp_path, monkeypatch):
     got = DeltaSink(tmp_path / "tmp/delta-docs/scores").read()
     assert _rows(got, ["user", "total"]) == [("a", 3), ("b", 3)]
     assert DeltaSink(tmp_path / "tmp/delta-docs/scores").version() == 1
+
+
+def test_a_delta_sink_alone_reads_its_batch_once():
+    """The runner persists a micro-batch only for several readers: a DeltaSink
+    reads it with one action, so alone it is not persisted (a copy saved); a
+    sink that does not say so, or a dead-letter sink beside it, keeps it persisted
+    (test_spark_stream_into_delta_equals_the_table_view runs the unpersisted one)."""
+    from headwater.runners.spark.streaming import reads_once
+
+    sink = DeltaSink("unused")
+    assert reads_once(sink, None) and reads_once(None, None)
+    assert not reads_once(sink, lambda batch, i: None)
+    assert not reads_once(lambda batch, i: None, None)

@@ -121,6 +121,9 @@ class DeltaSink:
         #: scanned and skipped), None before the first.
         self.last_merge: dict[str, Any] | None = None
 
+    #: One action (``toArrow``) reads each batch: the runner need not persist it.
+    reads_batch_once = True
+
     def __call__(self, batch: Any, batch_id: int) -> None:
         self.write(batch, batch_id)
 

@@ -560,17 +560,16 @@ def start_streaming(
     if metrics_name:
         out = observe_counts(out, metrics_name)
 
-    def each_batch(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
+    if reads_once(panes_sink, dead_letter_sink):
+
+        def each_batch(batch: DataFrame, batch_id: int) -> None:
             if panes_sink is not None:
                 panes_sink(panes(batch), batch_id)
-            if dead_letter_sink is not None:
-                dead_letter_sink(dead_letters(batch), batch_id)
-            if panes_sink is None and dead_letter_sink is None:
+            else:
                 batch.count()
-        finally:
-            batch.unpersist()
+
+    else:
+        each_batch = _persisting(panes_sink, dead_letter_sink)
 
     writer = out.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", checkpoint_location
@@ -585,3 +584,30 @@ def start_streaming(
             return writer.start()
 
     return started(launch, end_of_input, checkpoint_location)
+
+
+def reads_once(panes_sink: Sink | None, dead_letter_sink: Sink | None) -> bool:
+    """Whether one action reads each micro-batch: no dead-letter sink, and a panes
+    sink that says it reads its batch once (``reads_batch_once``, e.g.
+    :class:`~headwater.io.sinks.delta.DeltaSink`) or none. Then the batch is not
+    persisted: keeping it in memory for a single read only costs a copy."""
+    if dead_letter_sink is not None:
+        return False
+    return panes_sink is None or bool(getattr(panes_sink, "reads_batch_once", False))
+
+
+def _persisting(panes_sink: Sink | None, dead_letter_sink: Sink | None):
+    """The batch function of several readers: the batch is persisted, so the
+    stateful operator runs once for all of them."""
+
+    def each_batch(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            if panes_sink is not None:
+                panes_sink(panes(batch), batch_id)
+            if dead_letter_sink is not None:
+                dead_letter_sink(dead_letters(batch), batch_id)
+        finally:
+            batch.unpersist()
+
+    return each_batch
