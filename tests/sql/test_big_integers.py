@@ -99,3 +99,25 @@ def test_live_file_stream_keeps_big_integers(spark, tmp_path, fast_path: bool) -
     run.awaitTermination()
     final = {r.item: (r.mx, r.s) for r in rows if not r.undo}
     assert final == {"A": (BIG, BIG), "B": (2**62 + 1, 2**62 + 4)}
+
+
+LATE = pd.DataFrame(
+    {
+        "k": ["a", "b", "c"],
+        "ts": [T0, T0 + pd.Timedelta(minutes=10), T0 - pd.Timedelta(minutes=5)],
+        "v": pd.array([1, None, BIG], dtype="Int64"),
+    }
+)
+LATE_ARRIVAL = [T0 + pd.Timedelta(seconds=1), T0 + pd.Timedelta(minutes=10, seconds=1)]
+
+
+@pytest.mark.parametrize("runner", ["local", pytest.param("spark", marks=pytest.mark.spark)])
+def test_a_late_rows_dead_letter_keeps_its_big_integer(request, runner: str) -> None:
+    if runner == "spark":
+        request.getfixturevalue("spark")
+    arrival = [*LATE_ARRIVAL, T0 + pd.Timedelta(minutes=11)]
+    stream = hw.from_pandas(
+        LATE.assign(arrival=arrival), "ts", arrival_time="arrival", watermark="1 minute"
+    )
+    letters = hw.sql("SELECT k, v FROM t", {"t": stream}, runner=runner).dead_letters()
+    assert letters[["k", "v", "reason"]].astype(object).values.tolist() == [["c", BIG, "late"]]
