@@ -200,8 +200,23 @@ def run(engine: str, spark, topic: str, work: str, events: int, args) -> dict[st
         "events_per_s": round(events / seconds),
         "batches": len(progress),
         "input_rows": sum(int(p.get("numInputRows") or 0) for p in progress),
+        "phases_ms": phases(progress),
         "delta": sink,
     }
+
+
+def phases(progress: list[dict[str, Any]]) -> dict[str, int]:
+    """Where a run's time went: each ``durationMs`` phase summed over its
+    micro-batches (``triggerExecution`` is a batch's whole time), and the first
+    batch's ``triggerExecution`` on its own (the start costs land there)."""
+    total: dict[str, int] = {}
+    for p in progress:
+        for phase, ms in (p.get("durationMs") or {}).items():
+            total[phase] = total.get(phase, 0) + int(ms)
+    if progress:
+        first = progress[0].get("durationMs") or {}
+        total["first_batch"] = int(first.get("triggerExecution", 0))
+    return dict(sorted(total.items()))
 
 
 def windows(path: str | None) -> list[tuple] | None:

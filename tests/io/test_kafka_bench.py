@@ -24,6 +24,9 @@ def test_bench_kafka_runs_both_engines(spark, capsys, kafka_bootstrap):
     assert report["headwater"]["input_rows"] == 1000
     for engine in ("native", "headwater"):
         assert report[engine]["events_per_s"] > 0 and report[engine]["batches"] >= 1
+        spent = report[engine]["phases_ms"]
+        assert {"addBatch", "queryPlanning", "triggerExecution", "first_batch"} <= set(spent)
+        assert spent["first_batch"] <= spent["triggerExecution"]
     assert report["ratio"] > 0
     # 1000 events 2 ms apart in two micro-batches: the second batch's watermark
     # (1 s) closes the first 1 s window of each of the 3 keys; both tables agree.
