@@ -164,3 +164,15 @@ def test_the_check_catches_a_boundary_row_kept_in_one_window(bids, monkeypatch) 
     with pytest.raises(AssertionError, match=boundary) as failed:
         check_every_step(bids)
     assert str(failed.value).endswith("extra:   Counter()")
+
+
+def test_a_reaching_bound_of_another_reference_keeps_one_group(bids) -> None:
+    """The closed bound is on the windowed side's own event time, not the raw
+    bids': those join windows of any time, so the window is no key (the price is)."""
+    text = (
+        "SELECT B.auction, W.t FROM bid B JOIN (SELECT price, dateTime AS t, window_end AS we "
+        "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))) W "
+        "ON B.price = W.price WHERE W.t BETWEEN W.we - INTERVAL '10' SECOND AND W.we"
+    )
+    explain = sql(text, {"bid": bids}).explain()
+    assert "maintenance: key bid.price: state grows" in explain

@@ -308,6 +308,19 @@ def _refuse_inclusive_end(cmp: exp.Expression, bound, alias: str, column: str) -
         )
 
 
+def _compared(query: exp.Expression, ref: exp.Table, column: str) -> bool:
+    """Whether a comparison (or BETWEEN) of the query bounds the event time of the
+    stream reference ``ref`` (the bound a reaching join found is its, not another
+    reference's of the same stream)."""
+    name = ref.alias_or_name
+    for cmp in query.find_all(*_LOWER, *_UPPER, exp.Between):
+        sides = [cmp.this] if isinstance(cmp, exp.Between) else [cmp.this, cmp.expression]
+        for side in sides:
+            if isinstance(side, exp.Column) and side.name == column and side.table == name:
+                return True
+    return False
+
+
 def _reach(query: exp.Expression, catalog: Catalog, fn: WindowFn | None, size: int | None) -> int:
     """How far (ms) past a tumbling window's end a join lets a raw stream's rows
     join it (``BETWEEN window_end - INTERVAL '10' SECOND AND window_end``, NEXMark
@@ -336,7 +349,7 @@ def _windowed(
         if t.name.lower() in by_name and not isinstance(t.parent, WindowTVF)
     ]
     if reach:
-        return len(raw) == 1
+        return len(raw) == 1 and _compared(query, raw[0], by_name[raw[0].name.lower()].event_time)
     bounded = [_bounds(query, ref, by_name[ref.name.lower()].event_time) for ref in raw]
     return all(b == {"lower", "upper"} for b in bounded)
 
