@@ -332,7 +332,8 @@ def group_sql(plan: QueryPlan) -> str:
     """The DuckDB text the general path evaluates per group: windowing TVFs bound to
     the group's window, or computed over the group's rows (keyed groups)."""
     mode = "group" if plan.group_mode else "compute"
-    return to_engine_sql(plan.group_query, "duckdb", columns_of(plan), mode=mode)
+    reach = plan.key.reach if plan.group_mode else 0
+    return to_engine_sql(plan.group_query, "duckdb", columns_of(plan), mode=mode, reach=reach)
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:

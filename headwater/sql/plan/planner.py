@@ -16,7 +16,7 @@ group) in a global window: nothing is late, state grows with the key's values.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from sqlglot import exp
@@ -43,6 +43,7 @@ from headwater.sql.plan.keys import (
     MaintenanceKey,
     check_session_keys,
     derive_key,
+    partitions,
 )
 from headwater.sql.plan.quality import plan_quality
 from headwater.sql.plan.stages import Stage, split, stages
@@ -184,10 +185,13 @@ def analyze(
     if streams:
         _check_output_names(query)
         check_session_keys(query, catalog)
-        windowed = _windowed(query, streams, windowing is not None)
         fn = windowing[0] if windowing else None
         size = _shortest(fn)
+        reach = _reach(query, catalog, fn, size)
+        windowed = _windowed(query, streams, windowing is not None, reach)
         key = derive_key(query, catalog, windowed, size)
+        if key.kind is KeyKind.WINDOW:
+            key = replace(key, reach=reach)
         window_fn, group_mode = _groups(query, key, windowing, windowed)
         key = with_ttl(key, query, streams, state_ttl)
         at = tvfs[0] if tvfs else query
@@ -304,10 +308,38 @@ def _refuse_inclusive_end(cmp: exp.Expression, bound, alias: str, column: str) -
         )
 
 
-def _windowed(query: exp.Expression, streams: tuple[Table, ...], windowed: bool) -> bool:
+def _compared(query: exp.Expression, ref: exp.Table, column: str) -> bool:
+    """Whether a comparison (or BETWEEN) of the query bounds the event time of the
+    stream reference ``ref`` (the bound a reaching join found is its, not another
+    reference's of the same stream)."""
+    name = ref.alias_or_name
+    for cmp in query.find_all(*_LOWER, *_UPPER, exp.Between):
+        sides = [cmp.this] if isinstance(cmp, exp.Between) else [cmp.this, cmp.expression]
+        for side in sides:
+            if isinstance(side, exp.Column) and side.name == column and side.table == name:
+                return True
+    return False
+
+
+def _reach(query: exp.Expression, catalog: Catalog, fn: WindowFn | None, size: int | None) -> int:
+    """How far (ms) past a tumbling window's end a join lets a raw stream's rows
+    join it (``BETWEEN window_end - INTERVAL '10' SECOND AND window_end``, NEXMark
+    Query 7 as Flink writes it); 0 within the window, or of other windows (a
+    reaching bound of hopping or cumulating windows stays on the exact path)."""
+    if not isinstance(fn, FixedWindows):
+        return 0
+    return max((p.reach for p in partitions(query, catalog, size)), default=0)
+
+
+def _windowed(
+    query: exp.Expression, streams: tuple[Table, ...], windowed: bool, reach: int = 0
+) -> bool:
     """Whether every stream row belongs to the windows of its event time: the query
     has a windowing TVF and every stream read directly (not through a TVF) has its
-    event time bounded by a window of the query (NEXMark Query 7)."""
+    event time bounded by a window of the query (NEXMark Query 7). ``reach``: a
+    join bounds a raw stream's event time to a window and up to that far past its
+    end (:func:`_reach`): the one raw stream reference is bounded (of several, the
+    bound could not be told to be every one's)."""
     if not windowed:
         return False
     by_name = {t.name.lower(): t for t in streams}
@@ -316,6 +348,8 @@ def _windowed(query: exp.Expression, streams: tuple[Table, ...], windowed: bool)
         for t in _table_refs(query)
         if t.name.lower() in by_name and not isinstance(t.parent, WindowTVF)
     ]
+    if reach:
+        return len(raw) == 1 and _compared(query, raw[0], by_name[raw[0].name.lower()].event_time)
     bounded = [_bounds(query, ref, by_name[ref.name.lower()].event_time) for ref in raw]
     return all(b == {"lower", "upper"} for b in bounded)
 
@@ -331,7 +365,13 @@ def _groups(
     TVFs are computed over the group's rows (``compute`` mode)."""
     instant = FixedWindows(timedelta(milliseconds=1))
     if key.kind in (KeyKind.WINDOW, KeyKind.ROW) and tvf is not None and windowed:
-        return tvf[0], True
+        fn = tvf[0]
+        if key.reach and isinstance(fn, FixedWindows):
+            # a window's group also holds the joined rows up to ``reach`` past its
+            # end: windows of that length, one starting every window's length
+            ms = [timedelta(milliseconds=m) for m in (fn.size + key.reach, fn.size, fn.offset)]
+            return SlidingWindows(*ms), True
+        return fn, True
     if key.kind in (KeyKind.ROW, KeyKind.EVENT_TIME, KeyKind.WINDOW):
         return instant, tvf is None
     if key.kind is KeyKind.BUCKET:  # a bucket of the event time is a tumbling window

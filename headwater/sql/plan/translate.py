@@ -151,11 +151,20 @@ def _session(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> s
     return f"SELECT {select} FROM ({numbered}) __hw_b"
 
 
-def _group(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str:
+def _group(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str], reach: int = 0) -> str:
+    """The group's rows with its bounds as the window columns. ``reach``: the
+    group also holds rows up to that far (ms) past the window's end, for a join
+    to a raw stream (NEXMark Query 7): the window is that much shorter, and
+    holds only its own rows."""
     g = target.q(GROUP_RELATION)
     start, end = f"{g}.{target.q('__gs')}", f"{g}.{target.q('__ge')}"
+    if not reach:
+        select = _window_select(tvf, target, cols, start, end)
+        return f"SELECT {select} FROM {src} CROSS JOIN {g}"
+    end = target.timestamp.format(m=f"{target.millis.format(t=end)} - {reach}")
     select = _window_select(tvf, target, cols, start, end)
-    return f"SELECT {select} FROM {src} CROSS JOIN {g}"
+    t = f"{src}.{target.q(tvf.args['timecol'].name)}"
+    return f"SELECT {select} FROM {src} CROSS JOIN {g} WHERE {t} >= {start} AND {t} < {end}"
 
 
 Expansion = Callable[[WindowTVF, Target, str, Sequence[str]], str]
@@ -184,11 +193,13 @@ def to_engine_sql(
     columns_of: Callable[[str], Sequence[str]],
     *,
     mode: str = "compute",
+    reach: int = 0,
 ) -> str:
     """``query`` (a Headwater-dialect AST, not modified) as SQL text of ``target``.
 
     ``columns_of(table)`` gives a table's columns (the expansion lists them so
-    that no helper column leaks into ``SELECT *``).
+    that no helper column leaks into ``SELECT *``); ``reach``: group mode's
+    groups hold rows that far (ms) past their window's end (:func:`_group`).
     """
     eng = TARGETS[target]
     tree = query.copy()
@@ -199,8 +210,10 @@ def to_engine_sql(
         data = tvf.this
         name = data.name
         src = eng.q(name)
-        expand = _group if mode == "group" else EXPANSIONS[tvf.args["kind"]]
-        text = expand(tvf, eng, src, list(columns_of(name)))
+        if mode == "group":
+            text = _group(tvf, eng, src, list(columns_of(name)), reach)
+        else:
+            text = EXPANSIONS[tvf.args["kind"]](tvf, eng, src, list(columns_of(name)))
         alias = tvf.alias or name
         sub = exp.Subquery(
             this=sqlglot.parse_one(text, read=eng.dialect),

@@ -28,12 +28,12 @@ def join_partitions(tracer: Tracer, select: exp.Select) -> Iterator[Partition]:
     tracer.in_join = True
     try:
         items += _equalities(tracer, select, conditions)
-        bounded = _window_bounded(tracer, select, conditions)
+        reach = window_reach(tracer, select, conditions)
     finally:
         tracer.in_join = False
-    if bounded:
+    if reach is not None:
         items.append(frozenset({WINDOW}))
-    yield Partition("join", joins[0], tuple(items))
+    yield Partition("join", joins[0], tuple(items), reach or 0)
 
 
 def _equalities(tracer: Tracer, select: exp.Select, conditions) -> list[frozenset[Origin]]:
@@ -57,41 +57,44 @@ _LOWER = (exp.GTE, exp.GT)
 _UPPER = (exp.LT, exp.LTE)
 
 
-def _window_bounded(tracer: Tracer, select: exp.Select, conditions) -> bool:
-    """Whether the conditions bound an event time to its window's rows from below
-    and above (``B.bidtime >= W.wstart AND B.bidtime < W.wend``, or tighter:
-    ``>= W.wend - INTERVAL '10' MINUTE`` of 10-minute windows)."""
-    found = set()
+def window_reach(tracer: Tracer, select: exp.Select, conditions) -> int | None:
+    """How far (ms) past its window's end the conditions let an event time join a
+    window's rows, when they bound it from below and above: 0 within the window
+    (``B.bidtime >= W.wstart AND B.bidtime < W.wend``, or tighter); a closed
+    ``BETWEEN W.wend - INTERVAL '10' SECOND AND W.wend`` reaches 1 ms past it
+    (a row at the end joins this window and starts the next). At most one
+    window's length (into the next window only); None: not bounded so."""
+    lower, reaches = False, []
     for cond in conditions:
         for part in conjuncts(cond):
-            if isinstance(part, exp.Between):
-                if _is_event_time(tracer, part.this, select):
-                    low = _offset(tracer, part.args.get("low"), select)
-                    high = _offset(tracer, part.args.get("high"), select)
-                    if low is not None and low >= 0:
-                        found.add("lower")
-                    if high is not None and high < tracer.size:
-                        found.add("upper")
-                continue
-            if not isinstance(part, _LOWER + _UPPER):
-                continue
-            for side, other, flip in (
-                (part.this, part.expression, False),
-                (part.expression, part.this, True),
-            ):
+            for side, bound, is_lower, strict in _comparisons(part):
                 if not _is_event_time(tracer, side, select):
                     continue
-                offset = _offset(tracer, other, select)
+                offset = _offset(tracer, bound, select)
                 if offset is None:
                     continue
-                if isinstance(part, _LOWER) != flip:
-                    if offset >= 0:
-                        found.add("lower")
+                if is_lower:
+                    lower = lower or offset >= 0
                 else:
-                    strict = isinstance(part, exp.LT | exp.GT)
-                    if offset < tracer.size or (strict and offset == tracer.size):
-                        found.add("upper")
-    return found == {"lower", "upper"}
+                    reaches.append(max(0, offset + (0 if strict else 1) - (tracer.size or 0)))
+    reach = min(reaches, default=None)
+    if not lower or reach is None or (reach and reach > (tracer.size or 0)):
+        return None
+    return reach
+
+
+def _comparisons(part: exp.Expression) -> Iterator[tuple]:
+    """A conjunct's bounds of one side by the other: (side, bound, whether a lower
+    bound, whether strict); a BETWEEN is two inclusive ones."""
+    if isinstance(part, exp.Between):
+        yield part.this, part.args.get("low"), True, False
+        yield part.this, part.args.get("high"), False, False
+        return
+    if not isinstance(part, _LOWER + _UPPER):
+        return
+    strict = isinstance(part, exp.LT | exp.GT)
+    yield part.this, part.expression, isinstance(part, _LOWER), strict
+    yield part.expression, part.this, not isinstance(part, _LOWER), strict
 
 
 def _offset(tracer: Tracer, node, select) -> int | None:

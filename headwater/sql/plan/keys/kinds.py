@@ -101,6 +101,9 @@ class Partition:
     operator: str
     node: exp.Expression
     items: tuple[frozenset[Origin], ...]
+    #: a join bounding a raw stream's event time by a window: how far (ms) past
+    #: the window's end its rows join the window (:func:`~.joins.window_reach`)
+    reach: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,10 @@ class MaintenanceKey:
     #: ``BUCKET``: the buckets' size (ms), and how the query writes the bucket
     bucket: int = 0
     bucket_text: str = ""
+    #: ``WINDOW``: how far (ms) past its end a window's group also holds the rows
+    #: of a stream joined to it by a closed interval (a row at a window's end is
+    #: in two groups, this window's and the next); 0: a row in one window
+    reach: int = 0
 
     @property
     def freed_by_watermark(self) -> bool:
@@ -153,6 +160,11 @@ class MaintenanceKey:
         }[self.kind]
         if self.kind in (KeyKind.WINDOW, KeyKind.BUCKET) and self.parts:
             what += " and " + ", ".join(p.describe() for p in self.parts)
+        if self.kind is KeyKind.WINDOW and self.reach:
+            what += (
+                f", each reaching {self.reach} ms past its end (the join's closed bound:"
+                " a row there is in two windows)"
+            )
         unused = f" (state.ttl = {interval_sql(self.ttl)} does not apply)" if self.ttl else ""
         return f"{what}: state freed by the watermark{unused}"
 
