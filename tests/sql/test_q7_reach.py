@@ -176,3 +176,37 @@ def test_a_reaching_bound_of_another_reference_keeps_one_group(bids) -> None:
     )
     explain = sql(text, {"bid": bids}).explain()
     assert "maintenance: key bid.price: state grows" in explain
+
+
+def test_a_boundary_bid_late_for_one_window_only(tmp_path) -> None:
+    """A bid at 10:00:10 arriving once the watermark passed the first window but
+    not the second: dropped from the first window only (a dead letter naming that
+    window, [10:00:00, 10:00:10), not its group's end), and joined in the second,
+    as hopping windows drop a row per window; the first window's maximum is then
+    the other bid's."""
+    import json
+
+    lines = [
+        {"ptime": "2024-01-01T10:00:01", "row": _bid("10:00:05", 1, 5)},
+        {"ptime": "2024-01-01T10:00:02", "row": _bid("10:00:15", 3, 3)},
+        {"ptime": "2024-01-01T10:00:02", "watermark": "2024-01-01T10:00:15"},
+        {"ptime": "2024-01-01T10:00:03", "row": _bid("10:00:10", 2, 7)},
+    ]
+    path = tmp_path / "bid.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    query = sql(Q7, {"bid": read_replay(str(path), "bid", "dateTime")})
+    assert sorted(query.to_pandas()[["auction", "price"]].values.tolist()) == [[1, 5], [2, 7]]
+    letters = query.dead_letters()
+    assert letters[["auction", "reason"]].values.tolist() == [[2, "late"]]
+    window = [str(letters[c].iloc[0]) for c in ("window_start", "window_end")]
+    assert window == ["2024-01-01 10:00:00", "2024-01-01 10:00:10"]
+
+
+def _bid(clock_time: str, auction: int, price: int) -> dict:
+    return {
+        "dateTime": f"{DAY}T{clock_time}",
+        "auction": auction,
+        "price": price,
+        "bidder": 1,
+        "extra": "x",
+    }

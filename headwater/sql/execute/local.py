@@ -565,6 +565,8 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
     columns are the same as with rows; the fast path's are these too:
     :func:`headwater.sql.execute.aggregate_local.dead_letters`)."""
     parts = []
+    # a group reaching past its window's end (a closed join bound) names its window
+    reach = sql.query.key.reach if sql.query.group_mode else 0
     source = rows[SOURCE].to_numpy(np.int64) if len(rows) else np.zeros(0, np.int64)
     reasons = np.broadcast_to(np.asarray(reason, dtype=object), (len(rows),))
     for i, layout in enumerate(sql.layouts):
@@ -576,6 +578,8 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
         )
         for column in ("window_start", "window_end"):
             values = mine[column].to_numpy() if column in mine.columns else None
+            if values is not None and column == "window_end":
+                values = values - reach  # the window's own end, not its group's
             frame[column] = pd.to_datetime(values, unit="ms") if values is not None else pd.NaT
         given = sql.query.streams[i].frame
         for column, union in zip(layout.columns, layout.union, strict=True):
