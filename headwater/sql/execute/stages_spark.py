@@ -118,6 +118,7 @@ class StagedBatches:
 
     def _run(self, batch, batch_id: int) -> None:
         self._restore(batch_id)
+        self.at = None  # until the batch is kept: a failure leaves the state mid-batch
         fields = [f.name for f in self.sql.maintainer.output_fields()]
         first = as_pandas(changes(batch, fields))
         parts = [self.start] if batch_id == 0 and len(self.start) else []
