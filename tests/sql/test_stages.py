@@ -144,7 +144,7 @@ def test_spark_replay_in_stages_equals_local(spark, tmp_path):
     tables = {"T": read_replay(str(path), "T", "ts", TYPES)}
     text = QUERIES["avg of max"][0]
     on_spark = SparkSqlQuery(text, tables, spark=spark)
-    assert "on Spark: a replay runs stage 1 on the streaming runner" in on_spark.explain()
+    assert "on Spark: stage 1 runs on the streaming runner" in on_spark.explain()
     spark_run = on_spark.run(None)
     local = sql(text, tables).run(None)
     assert len(local.changelog)

@@ -446,12 +446,10 @@ def run_stream(plan: QueryPlan, as_of: int | None = None, batched: bool = True) 
     return _replay(sql, as_of)
 
 
-def run_stages(plan: QueryPlan, run: SqlRun) -> SqlRun:
-    """A query in stages (:mod:`headwater.sql.plan.stages`) from ``run``, stage 1's
-    run (on any runner): its changelog fed step by step to stage 2 (one DuckDB
-    query a step); the dead letters are stage 1's, which reads every stream."""
+def second_stage(plan: QueryPlan) -> SecondStage:
+    """Stage 2 of a query in stages, before any change of stage 1."""
     second = plan.stages[1]
-    stage = SecondStage(
+    return SecondStage(
         second,
         result_types(plan.first_stage),
         lambda rows: joined_key_text(rows, second.columns),
@@ -459,6 +457,13 @@ def run_stages(plan: QueryPlan, run: SqlRun) -> SqlRun:
         plan.functions,
         {t.name: t.local_frame() for t in plan.tables},
     )
+
+
+def run_stages(plan: QueryPlan, run: SqlRun) -> SqlRun:
+    """A query in stages (:mod:`headwater.sql.plan.stages`) from ``run``, stage 1's
+    run (on any runner): its changelog fed step by step to stage 2 (one DuckDB
+    query a step); the dead letters are stage 1's, which reads every stream."""
+    stage = second_stage(plan)
     log = run.changelog
     start = min(START, int(log["ptime"].min())) if len(log) else START
     parts = [stage.begin(start)]

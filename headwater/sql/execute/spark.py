@@ -55,6 +55,7 @@ from headwater.sql.execute.local import (
     keyed_by_columns,
     row_letters,
     run_stages,
+    second_stage,
     steps_of,
     union_rows,
     with_start,
@@ -66,6 +67,7 @@ from headwater.sql.execute.local import state_ttl as key_ttl
 from headwater.sql.execute.permissive import CARRIED, ERROR, event_time_sql
 from headwater.sql.execute.query import SqlQuery
 from headwater.sql.execute.spark_collect import as_pandas, collect_to_end
+from headwater.sql.execute.stages_spark import StageCheckpoint, StagedBatches
 from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
@@ -157,16 +159,17 @@ class SparkSqlQuery(SqlQuery):
         self.spark = spark or spark_session()
 
     def stage_notes(self) -> list[str]:
-        """How Spark runs a query in stages: stage 1 in the streaming runner; stage 2
-        over its changelog on the driver for a replay (collected there anyway), and
-        not at all for a started stream (``start``/``write``), where Spark's one
-        streaming query keeps the whole query as one group."""
+        """How Spark runs a query in stages: stage 1 in the streaming runner, stage 2
+        on the driver over its changelog: the replay's, collected there anyway, or
+        each micro-batch's of a started stream (``start``/``write``), in its
+        ``foreachBatch`` (Spark cannot chain a second stateful operator fed a
+        retracting changelog in one streaming query)."""
         if not self.plan.stages:
             return []
         return [
-            "on Spark: a replay runs stage 1 on the streaming runner and stage 2 on the driver "
-            "over stage 1's collected changelog; a started stream (start, write to a sink) "
-            f"maintains the stages together ({self.plan.key.describe()})"
+            "on Spark: stage 1 runs on the streaming runner, sharded by its key; stage 2 runs "
+            "on the driver over stage 1's changelog (a replay's, collected; a started stream's, "
+            "in each micro-batch's foreachBatch, its state kept in the checkpoint by batch id)"
         ]
 
     def _frames(self):
@@ -272,12 +275,14 @@ class SparkSqlQuery(SqlQuery):
         )
 
     # -- Spark streaming sources
-    def _union(self, sql: SqlPlan):
+    def _union(self, sql: SqlPlan, plan: QueryPlan | None = None):
         """The query's Spark streams as one stream in the union layout: the source
         index, every stream's columns (null in the others' rows; timestamps as
-        epoch ms), the group key and the event time (ms)."""
+        epoch ms), the group key (``plan``'s: this query's, or its stage 1's) and
+        the event time (ms)."""
         from pyspark.sql import functions as F
 
+        plan = plan or self.plan
         parts = []
         for i, table in enumerate(self.plan.streams):
             if table.spark is None or not table.is_stream:
@@ -289,7 +294,7 @@ class SparkSqlQuery(SqlQuery):
                 ):
                     cols.append(_union_column(F, table.spark, column, union, arrow, other == i))
             ts = F.expr(event_time_sql(table, f"unix_millis(`{table.event_time}`)"))
-            key = _group_key(F, self.plan, ts, table)
+            key = _group_key(F, plan, ts, table)
             cols += [key.alias("key"), ts.alias("ts")]
             if _permissive(self.plan):
                 cols += [
@@ -349,6 +354,16 @@ class SparkSqlQuery(SqlQuery):
                 "a Spark stream needs a watermark",
                 hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
             )
+        end = end_of_input_for(trigger, end_of_input)
+        watermark = BoundedOutOfOrderness(max(delays))
+        carry = CARRIED if _permissive(self.plan) else ()
+        first = compile_sql(self.plan.first_stage) if self.plan.stages else None
+        if isinstance(first, SqlPlan):  # stage 1 streams, stage 2 on the driver
+            out = self._compile(
+                first, self._union(first, self.plan.first_stage), watermark, carry, end
+            )
+            each_batch = self._stage_batches(first, checkpoint_location, sink, dead_letter_sink)
+            return self._launch(out, each_batch, checkpoint_location, trigger, end)
         if stateless_why_not(self.plan) is None:  # Spark's own projection
             return stateless_spark.start(
                 sql,
@@ -361,9 +376,7 @@ class SparkSqlQuery(SqlQuery):
                 trigger=trigger,
                 end_of_input=end_of_input,
             )
-        carry = CARRIED if _permissive(self.plan) else ()
-        end = end_of_input_for(trigger, end_of_input)
-        out = self._compile(sql, self._union(sql), BoundedOutOfOrderness(max(delays)), carry, end)
+        out = self._compile(sql, self._union(sql), watermark, carry, end)
         fields = [f.name for f in sql.maintainer.output_fields()]
         columns = [
             *[F.col(quoted(c)) for c in sql.maintainer.columns],
@@ -389,6 +402,24 @@ class SparkSqlQuery(SqlQuery):
             finally:
                 batch.unpersist()
 
+        return self._launch(out, each_batch, checkpoint_location, trigger, end)
+
+    def _stage_batches(self, first: SqlPlan, checkpoint_location: str, sink, dead_letter_sink):
+        """The ``foreachBatch`` of a query in stages: stage 2 over each micro-batch's
+        stage-1 changelog (:mod:`headwater.sql.execute.stages_spark`)."""
+        stage = second_stage(self.plan)
+        return StagedBatches(
+            first,
+            stage,
+            StageCheckpoint(checkpoint_location),
+            stage.begin(int(time.time() * 1000)),  # the query's start, sent with batch 0
+            sink,
+            dead_letter_sink,
+            _letters_frame,
+        )
+
+    def _launch(self, out, each_batch, checkpoint_location: str, trigger, end):
+        """Start ``out`` writing each micro-batch by ``each_batch``."""
         writer = out.writeStream.foreachBatch(each_batch).option(
             "checkpointLocation", checkpoint_location
         )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from headwater.io.sinks.stores import qid
 from headwater.model.time import MIN_TIMESTAMP
@@ -117,3 +118,25 @@ class SecondStage:
         bounds = {"__gk": key, "__gs": ONE_GROUP[1], "__ge": ONE_GROUP[2]}
         groups = pd.DataFrame(bounds, index=out.index)
         return pd.concat([groups, out], axis=1)
+
+    def snapshot(self) -> dict[str, pd.DataFrame]:
+        """Stage 2's state as frames (its input's table view, the materialized rows
+        and their versions): what a restart restores with :meth:`restore`."""
+        parts = {"view": self.view, "versions": self.state.versions}
+        if self.state.last is not None:
+            parts["last"] = self.state.last
+        return parts
+
+    def restore(self, parts: dict[str, pd.DataFrame]) -> None:
+        """Stage 2's state from a :meth:`snapshot` (as frames read back)."""
+        self.view = parts["view"].reset_index(drop=True)
+        self.state.versions = parts["versions"].reset_index(drop=True)
+        last = parts.get("last")
+        self.state.last = None if last is None else last.reset_index(drop=True)
+
+    def result_schema(self) -> pa.Schema:
+        """The Arrow types of stage 2's result columns (:attr:`columns`), as DuckDB
+        gives them over no rows: a live stream's sink schema."""
+        self.con.register(_RAW, self.view.iloc[:0])
+        table = sql_typed(self.con.sql(self.text)).to_arrow_table()
+        return pa.schema([table.schema.field(c) for c in self.columns])
