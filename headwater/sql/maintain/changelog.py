@@ -107,13 +107,13 @@ class Materializer:
         """Number the rows per group, continuing from the group's previous changes."""
         group = list(GROUP_COLUMNS)
         change = in_order(change)
-        known = self.versions[member_of(self.versions[group], change[group])]
-        base = change[group].merge(known, how="left", on=group)["ver"]
+        known = member_of(self.versions[group], change[group])
+        base = change[group].merge(self.versions[known], how="left", on=group)["ver"]
         offset = base.to_numpy(np.float64, na_value=0).astype(np.int64)
         change["ver"] = offset + change.groupby(group, sort=False, dropna=False).cumcount()
         counts = change.groupby(group, sort=False, dropna=False)["ver"].max().reset_index()
         counts["ver"] += 1
-        rest = self.versions[~member_of(self.versions[group], counts[group])]
+        rest = self.versions[~known]  # counts' groups are change's
         self.versions = pd.concat([rest, counts], ignore_index=True) if len(rest) else counts
         return change[[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS]]
 
