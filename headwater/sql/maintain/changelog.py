@@ -107,12 +107,13 @@ class Materializer:
         """Number the rows per group, continuing from the group's previous changes."""
         group = list(GROUP_COLUMNS)
         change = in_order(change)
-        base = change[group].merge(self.versions, how="left", on=group)["ver"]
+        known = member_of(self.versions[group], change[group])
+        base = change[group].merge(self.versions[known], how="left", on=group)["ver"]
         offset = base.to_numpy(np.float64, na_value=0).astype(np.int64)
         change["ver"] = offset + change.groupby(group, sort=False, dropna=False).cumcount()
         counts = change.groupby(group, sort=False, dropna=False)["ver"].max().reset_index()
         counts["ver"] += 1
-        rest = self.versions[~member_of(self.versions[group], counts[group])]
+        rest = self.versions[~known]  # counts' groups are change's
         self.versions = pd.concat([rest, counts], ignore_index=True) if len(rest) else counts
         return change[[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS]]
 
@@ -132,9 +133,15 @@ def member_of(frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
     """Whether each row of ``frame`` appears among the rows of ``keys`` (same columns)."""
     if not len(frame) or not len(keys):
         return np.zeros(len(frame), dtype=bool)
-    marked = keys.drop_duplicates().assign(__hw_hit=True)
-    hit = frame.merge(marked, how="left", on=list(keys.columns))["__hw_hit"]
-    return hit.notna().to_numpy(bool)
+    # one hashed column first: the merge then costs the few candidates, not the frame
+    first = keys.columns[0]
+    maybe = frame[first].isin(pd.unique(keys[first].to_numpy())).to_numpy(bool)
+    hit = np.zeros(len(frame), dtype=bool)
+    if maybe.any():
+        marked = keys.drop_duplicates().assign(__hw_hit=True)
+        found = frame[maybe].merge(marked, how="left", on=list(keys.columns))["__hw_hit"]
+        hit[maybe] = found.notna().to_numpy(bool)
+    return hit
 
 
 def table_view(

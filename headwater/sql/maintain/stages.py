@@ -30,20 +30,30 @@ from headwater.sql.plan.translate import to_engine_sql
 
 #: The untyped rows of stage 2's input; :data:`STAGE_INPUT` casts them to stage 1's types.
 _RAW = "__stage1_rows"
-_COUNT = "__hw_n"
+#: The count of a distinct row of stage 2's view (:func:`net`).
+COUNT = "__hw_n"
 
 KeyOf = Callable[[pd.DataFrame], np.ndarray]
 
 
 def net(rows: pd.DataFrame, sign: np.ndarray, columns: list[str]) -> pd.DataFrame:
     """The multiset of ``rows`` counted by ``sign`` (+1 a row added, -1 withdrawn):
-    each distinct row as often as its count, if positive."""
-    counted = rows[columns].assign(**{_COUNT: sign})
-    total = counted.groupby(columns, dropna=False, sort=False)[_COUNT].sum()
+    each distinct row once with its count in :data:`COUNT`, if positive, in the
+    order of their first appearance."""
+    counted = rows[columns].assign(**{COUNT: sign})
+    total = counted.groupby(columns, dropna=False, sort=False)[COUNT].sum()
     total = total[total.to_numpy() > 0]
-    kept = total.index.repeat(total.to_numpy(np.int64)).to_frame(index=False)
+    kept = total.index.to_frame(index=False)
     kept.columns = columns
+    kept[COUNT] = total.to_numpy(np.int64)
     return kept
+
+
+def expanded(view: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The rows of a counted ``view`` (:func:`net`), each as often as its count."""
+    return view.loc[view.index.repeat(view[COUNT].to_numpy(np.int64)), columns].reset_index(
+        drop=True
+    )
 
 
 class SecondStage:
@@ -72,10 +82,12 @@ class SecondStage:
             self.con.register(table, frame)
         casts = [f"CAST({qid(c)} AS {t}) AS {qid(c)}" for c, t in first]
         casts.append(f"CAST({GROUP_KEY} AS VARCHAR) AS {GROUP_KEY}")
+        #: stage 1's table view: each distinct row once, with its count (:func:`net`)
         self.view = pd.DataFrame({c: pd.Series(dtype=object) for c in [*names, GROUP_KEY]})
+        self.view[COUNT] = pd.Series(dtype=np.int64)
         self.con.register(_RAW, self.view)
         self.con.execute(f"CREATE TEMP VIEW {STAGE_INPUT} AS SELECT {', '.join(casts)} FROM {_RAW}")
-        empty = self._evaluate(self.view)
+        empty = self._evaluate(self.view[[*names, GROUP_KEY]])
         self.columns = [c for c in empty.columns if c not in GROUP_COLUMNS]
         #: the one group's result over no rows (None: stage 2 has a key)
         self.initial = None if self.keyed else empty
@@ -91,18 +103,22 @@ class SecondStage:
         return start.apply(self.initial[list(GROUP_COLUMNS)], self.initial, now)
 
     def step(self, changes: pd.DataFrame, now: int) -> pd.DataFrame:
-        """Stage 2's changelog at ``now`` from stage 1's changes at ``now``."""
+        """Stage 2's changelog at ``now`` from stage 1's changes at ``now``: only the
+        rows of the groups the changes touched are netted and evaluated again."""
         undo = changes["undo"].to_numpy(bool)
         rows = changes[self.inputs].reset_index(drop=True)
         rows[GROUP_KEY] = self.key_of(rows) if self.keyed else ONE_GROUP[0]
         columns = [*self.inputs, GROUP_KEY]
-        both = pd.concat([self.view, rows], ignore_index=True) if len(self.view) else rows
-        sign = np.r_[np.ones(len(self.view), np.int64), np.where(undo, -1, 1)]
-        self.view = net(both, sign, columns)
         touched = pd.unique(rows[GROUP_KEY].to_numpy(object))
-        mine = self.view[self.view[GROUP_KEY].isin(touched).to_numpy(bool)]
+        hit = self.view[GROUP_KEY].isin(touched).to_numpy(bool)
+        old = self.view[hit]
+        both = rows.assign(**{COUNT: np.where(undo, -1, 1)})
+        both = pd.concat([old, both], ignore_index=True) if len(old) else both
+        mine = net(both, both[COUNT].to_numpy(np.int64), columns)
+        rest = self.view[~hit]
+        self.view = pd.concat([rest, mine], ignore_index=True) if len(rest) else mine
         fired = pd.DataFrame({"__gk": touched, "__gs": ONE_GROUP[1], "__ge": ONE_GROUP[2]})
-        return self.state.apply(fired, self._evaluate(mine), now)
+        return self.state.apply(fired, self._evaluate(expanded(mine, columns)), now)
 
     def _evaluate(self, rows: pd.DataFrame) -> pd.DataFrame:
         """Stage 2's query over ``rows`` of its input (one DuckDB query), its result
