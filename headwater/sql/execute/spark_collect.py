@@ -56,6 +56,16 @@ def as_pandas(df) -> pd.DataFrame:
     return frame
 
 
+def run_persisted(run, batch, batch_id: int) -> None:
+    """``run(batch, batch_id)`` over the micro-batch persisted: it reads the batch
+    more than once, and the stateful operator above it must run once."""
+    batch = batch.persist()
+    try:
+        run(batch, batch_id)
+    finally:
+        batch.unpersist()
+
+
 def collect_to_end(out, fields: Sequence[str], checkpoint: str) -> Collected:
     """Run ``out`` with ``availableNow`` from ``checkpoint``; each micro-batch is
     computed once (persisted) for its two outputs, and a failed query raises."""

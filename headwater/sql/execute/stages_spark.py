@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from headwater.runners.spark.output import changes, dead_letters
 from headwater.sql.execute.local import SqlPlan
-from headwater.sql.execute.spark_collect import as_pandas
+from headwater.sql.execute.spark_collect import as_pandas, run_persisted
 from headwater.sql.maintain.changelog import CHANGE_COLUMNS
 from headwater.sql.maintain.stages import SecondStage
 
@@ -110,11 +110,7 @@ class StagedBatches:
         self.at: int | None = None  # the batch whose state self.stage holds
 
     def __call__(self, batch, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            self._run(batch, batch_id)
-        finally:
-            batch.unpersist()
+        run_persisted(self._run, batch, batch_id)
 
     def _run(self, batch, batch_id: int) -> None:
         self._restore(batch_id)

@@ -52,6 +52,7 @@ from headwater.runners.spark.session import starting_query
 from headwater.runners.spark.types import to_spark
 from headwater.sql.execute.local import SqlPlan, columns_of
 from headwater.sql.execute.permissive import CARRIED
+from headwater.sql.execute.spark_collect import run_persisted
 from headwater.sql.maintain.groups import SOURCE
 from headwater.sql.plan.stateless import EVENT_TIME, with_event_time
 from headwater.sql.plan.translate import to_engine_sql
@@ -285,11 +286,7 @@ class EachBatch:
     dead_letter_sink: Any = None
 
     def __call__(self, batch, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            self._run(batch, batch_id)
-        finally:
-            batch.unpersist()
+        run_persisted(self._run, batch, batch_id)
 
     def _run(self, batch, batch_id: int) -> None:
         from pyspark.sql import functions as F
