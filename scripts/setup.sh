@@ -77,3 +77,9 @@ else
   echo "$want" > "$stamp"
   log "done"
 fi
+
+# --- PySpark's worker zips, compiled --------------------------------------------
+# The wheel ships them as source, so every Python process Spark starts compiled
+# PySpark again (transformWithStateInPandas starts one at each query start): see
+# headwater/runners/spark/bytecode.py. Does nothing once they are compiled.
+.venv/bin/python -m headwater.runners.spark.bytecode | sed 's/^/[setup] /' >&2

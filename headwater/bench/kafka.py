@@ -25,7 +25,8 @@ the earliest offset with ``maxOffsetsPerTrigger`` and ``trigger(availableNow)``:
 ``--sink noop`` replaces both Delta writers with Spark's ``noop`` sink (the
 engines alone). Each engine first runs once over a small warm-up topic
 (``--warmup-events``; JIT, Python workers). It prints events/s of each (events
-over the query's wall time, start to last batch) and ``ratio = headwater /
+over the query's wall time, start to last batch; with ``--repeat R``, R runs of
+each, alternating which goes first, and the median run's) and ``ratio = headwater /
 native``; ``--json`` prints one JSON object. Both emit the windows the
 watermark closed; ``windows_agree`` says whether their Delta tables hold the
 same (key, window, sum) rows.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -64,6 +66,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "--max-offsets-per-trigger", type=int, default=100_000, help="records per micro-batch"
     )
     p.add_argument("--warmup-events", type=int, default=2000, help="0: no warm-up")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="timed runs per engine, alternating (the median)"
+    )
     p.add_argument("--sink", choices=("delta", "noop"), default="delta", help="where results go")
     p.add_argument(
         "--bootstrap",
@@ -187,6 +192,8 @@ ENGINES = {"native": native_query, "headwater": headwater_query}
 def run(engine: str, spark, topic: str, work: str, events: int, args) -> dict[str, Any]:
     """One engine over the whole topic: wall seconds, events/s, batches."""
     tag = f"{engine}-{uuid.uuid4().hex[:6]}"
+    rules = spark._jvm.org.apache.spark.sql.catalyst.rules.RuleExecutor
+    rules.resetMetrics()
     sink = None if args.sink == "noop" else os.path.join(work, f"delta-{tag}")
     start = time.perf_counter()
     query = ENGINES[engine](spark, topic, sink, os.path.join(work, f"ck-{tag}"), args)
@@ -201,7 +208,20 @@ def run(engine: str, spark, topic: str, work: str, events: int, args) -> dict[st
         "batches": len(progress),
         "input_rows": sum(int(p.get("numInputRows") or 0) for p in progress),
         "phases_ms": phases(progress),
+        "planner": planner_runs(rules.dumpTimeSpent()),
         "delta": sink,
+    }
+
+
+def planner_runs(metrics: str) -> dict[str, int]:
+    """How much planning a run did, from Spark's rule metrics (``RuleExecutor.
+    dumpTimeSpent``, reset at the run's start): rule runs in all, and analyzer runs
+    (those of ``ResolveReferences``, which every analysis runs)."""
+    total = re.search(r"Total number of runs: (\d+)", metrics)
+    analyses = re.search(r"Analyzer\$ResolveReferences\s+\d+ / \d+\s+\d+ / (\d+)", metrics)
+    return {
+        "rule_runs": int(total.group(1)) if total else 0,
+        "analyzer_runs": int(analyses.group(1)) if analyses else 0,
     }
 
 
@@ -219,6 +239,13 @@ def phases(progress: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
+def median_run(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """An engine's median run by wall time, with every run's seconds (``runs_s``);
+    its ``delta`` is the last run's table (each run writes its own)."""
+    median = sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2]
+    return {**median, "runs_s": [r["seconds"] for r in rs], "delta": rs[-1]["delta"]}
+
+
 def windows(path: str | None) -> list[tuple] | None:
     """A result table's (key, window_start, window_end, total) rows, sorted."""
     if path is None or not os.path.exists(path):
@@ -232,7 +259,7 @@ def windows(path: str | None) -> list[tuple] | None:
 
 
 def bench(spark, args, work: str) -> dict[str, Any]:
-    """Fill the topics, warm both engines up, run each once; the report."""
+    """Fill the topics, warm both engines up, run each ``--repeat`` times; the report."""
     t0 = time.perf_counter()
     topic = fill_topic(spark, args.bootstrap, args.events, args)
     report: dict[str, Any] = {
@@ -243,14 +270,19 @@ def bench(spark, args, work: str) -> dict[str, Any]:
         "partitions": args.partitions,
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
         "sink": args.sink,
+        "repeat": max(1, args.repeat),
         "produce_s": round(time.perf_counter() - t0, 2),
     }
     if args.warmup_events:
         warm = fill_topic(spark, args.bootstrap, args.warmup_events, args)
         for engine in ENGINES:
             run(engine, spark, warm, work, args.warmup_events, args)
-    for engine in ENGINES:
-        report[engine] = run(engine, spark, topic, work, args.events, args)
+    runs: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
+    for i in range(max(1, args.repeat)):  # alternating: each engine goes first in turn
+        for engine in list(ENGINES)[:: 1 if i % 2 == 0 else -1]:
+            runs[engine].append(run(engine, spark, topic, work, args.events, args))
+    for engine, rs in runs.items():
+        report[engine] = median_run(rs)
     report["ratio"] = round(
         report["headwater"]["events_per_s"] / max(report["native"]["events_per_s"], 1), 3
     )
