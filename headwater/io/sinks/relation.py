@@ -66,6 +66,10 @@ class RelationSink:
         self.key_cols = (ROW,)
         self._schema, self._name = qualified(table)
 
+    def held(self):
+        """One connection to the store while a run of batches is written."""
+        return self._store.held()
+
     def __call__(self, batch: Any, batch_id: int) -> None:
         self.write(batch, batch_id)
 

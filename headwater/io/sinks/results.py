@@ -164,6 +164,10 @@ class CurrentResultsSink:
         self._layout: Layout | None = None
 
     # -- the sink -------------------------------------------------------------
+    def held(self):
+        """One connection to the store while a run of batches is written."""
+        return self._store.held()
+
     def __call__(self, batch: Any, batch_id: int) -> None:
         self.write(batch, batch_id)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from sqlglot import exp
 
+from headwater.io.sinks.stores import holding
 from headwater.model.schema import RAW_RECORD_COLUMNS
 from headwater.model.watermarks import WatermarkStrategy
 from headwater.sql.errors import SqlError, position
@@ -126,8 +127,9 @@ class SqlQuery:
         processing time of a replay, one batch for a bounded query; the dead
         letters to ``dead_letter_sink`` (one batch)."""
         log = self.changelog()
-        for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True, dropna=False)):
-            sink(batch.reset_index(drop=True), batch_id)
+        with holding(sink):
+            for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True, dropna=False)):
+                sink(batch.reset_index(drop=True), batch_id)
         if dead_letter_sink is not None:
             self.write_dead_letters(dead_letter_sink, options.get("as_of"))
 

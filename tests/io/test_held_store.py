@@ -1,0 +1,100 @@
+"""A run of batches written in one call holds one DuckDB connection
+(``holding(sink)``, as a local replay's ``SqlQuery.write`` does), and writes the
+same table as one connection per batch; the file is free again afterwards, even
+when the run fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+import headwater.sql as hsql
+from headwater.io.sinks.relation import RelationSink
+from headwater.io.sinks.stores import holding
+from headwater.sql import read_replay
+
+BIDS = Path(__file__).resolve().parents[1] / "sql" / "data" / "paper" / "bids.jsonl"
+
+
+def _batch(rows: list[tuple[str, int, bool]], ptime: int) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["item", "price", "undo"])
+    return frame.assign(ptime=ptime, ver=1)
+
+
+BATCHES = [
+    _batch([("a", 1, False), ("b", 2, False)], 1),
+    _batch([("a", 1, True), ("a", 3, False)], 2),
+    _batch([("c", 4, False), ("c", 4, False)], 3),
+]
+
+
+@pytest.fixture
+def connects(monkeypatch):
+    """How many times duckdb.connect opened a file."""
+    calls = []
+    real = duckdb.connect
+
+    def counted(*args, **kwargs):
+        database = args[0] if args else kwargs.get("database")
+        if database not in (None, ":memory:"):  # the query's own DuckDB is in memory
+            calls.append(database)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", counted)
+    return calls
+
+
+def _table(path) -> list[tuple]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute("SELECT item, price, __n FROM t ORDER BY item, price").fetchall()
+
+
+def test_held_run_connects_once_and_writes_the_same_table(tmp_path, connects):
+    held, per_batch = tmp_path / "held.duckdb", tmp_path / "per_batch.duckdb"
+    sink = RelationSink(held, table="t")
+    with holding(sink):
+        for i, batch in enumerate(BATCHES):
+            sink(batch, i)
+    assert len(connects) == 1
+    other = RelationSink(per_batch, table="t")
+    for i, batch in enumerate(BATCHES):
+        other(batch, i)
+    assert len(connects) == 1 + 2 * len(BATCHES)  # each batch: its check, then its apply
+    assert _table(held) == _table(per_batch) == [("a", 3, 1), ("b", 2, 1), ("c", 4, 2)]
+
+
+def test_the_file_is_free_after_a_run_that_failed(tmp_path):
+    path = tmp_path / "r.duckdb"
+    sink = RelationSink(path, table="t")
+    with pytest.raises(RuntimeError, match="stopped"), holding(sink):
+        sink(BATCHES[0], 0)
+        raise RuntimeError("stopped")
+    assert _table(path) == [("a", 1, 1), ("b", 2, 1)]  # another connection opens it
+    sink(BATCHES[1], 1)  # and the sink connects per batch again
+    assert _table(path) == [("a", 3, 1), ("b", 2, 1)]
+
+
+def test_holding_any_other_sink_does_nothing():
+    seen = []
+    with holding(lambda batch, batch_id: seen.append(batch_id)) as held:
+        assert held is None
+    assert seen == []
+
+
+def test_a_local_replay_into_duckdb_connects_once(tmp_path, connects):
+    """SqlQuery.write holds the sink's connection over every step of a replay."""
+    bids = read_replay(BIDS, "Bid", "bidtime")
+    query = hsql.sql("SELECT item, price FROM Bid WHERE price > 3", {"Bid": bids})
+    log = query.changelog()
+    steps = log.groupby("ptime", sort=True)
+    assert len(steps) >= 3
+    query.write(RelationSink(tmp_path / "held.duckdb", table="t"))
+    assert len(connects) == 1
+    other = RelationSink(tmp_path / "per_batch.duckdb", table="t")
+    for i, (_, batch) in enumerate(steps):
+        other(batch.reset_index(drop=True), i)
+    held = _table(tmp_path / "held.duckdb")
+    assert held == _table(tmp_path / "per_batch.duckdb") and held
