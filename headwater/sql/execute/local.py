@@ -36,8 +36,10 @@ from headwater.sql.execute.local_steps import (
     StepInput,
     expiry_times,
     replay,
+    replay_each_row,
 )
 from headwater.sql.execute.watermarks import watermark_after_steps
+from headwater.sql.maintain.batch import BatchQuery
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, table_view
 from headwater.sql.maintain.groups import (
     EVENT_TIME,
@@ -56,6 +58,7 @@ from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
 from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.stateless import why_not as stateless_why_not
 from headwater.sql.plan.translate import to_engine_sql
 
 
@@ -486,16 +489,21 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
         dropped=lambda d: dead_letters(d, d["reason"], sql),
     )
     steps = steps_of(sql.query, rows, as_of)
-    changelog, dead = replay(
-        StepInput(rows, EVENT_TIME, KEY, values),
-        steps,
-        Reducer(sql.strategy, sql.aggregations),
-        sql.maintainer,
-        forms,
-        as_of,
-        state_ttl(sql.query),
-    )
+    data = StepInput(rows, EVENT_TIME, KEY, values)
+    if each_row_path(sql):
+        lateness = sql.strategy.allowed_lateness
+        changelog, dead = replay_each_row(data, steps, lateness, sql.maintainer, forms, as_of)
+    else:
+        reducer = Reducer(sql.strategy, sql.aggregations)
+        ttl = state_ttl(sql.query)
+        changelog, dead = replay(data, steps, reducer, sql.maintainer, forms, as_of, ttl)
     return SqlRun(sql.maintainer.columns, with_start(sql, changelog, steps[0]), dead)
+
+
+def each_row_path(sql: SqlPlan) -> bool:
+    """Whether the replay takes the stateless path (:func:`replay_each_row`): a
+    query whose operators take each row on its own, evaluated batched."""
+    return stateless_why_not(sql.query) is None and isinstance(sql.maintainer.batch, BatchQuery)
 
 
 #: The processing time of a replayed query's start, before any of its steps: the

@@ -15,7 +15,7 @@ from headwater.model.idle import IdleKeys
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
-from headwater.model.time import MIN_TIMESTAMP
+from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.sql.plan.catalog import PTIME
 
 Letters = Callable[[pd.DataFrame], pd.DataFrame]
@@ -123,5 +123,55 @@ def replay(
         if full
         else maintainer.apply(pd.DataFrame(), 0, maintainer.restore(None))
     )
+    full_dead = [d for d in dead if len(d)]
+    return changelog, pd.concat(full_dead, ignore_index=True) if full_dead else dead[0]
+
+
+def replay_each_row(
+    data: StepInput,
+    steps: tuple[np.ndarray, np.ndarray],
+    lateness: int,
+    maintainer: Any,
+    letters: DeadLetterForms,
+    as_of: int | None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`replay` of a query whose operators take each row on its own
+    (:mod:`headwater.sql.plan.stateless`), without stepping: its groups are
+    instants ``[t, t + 1)`` that every row fires at once, so a row is late when
+    its instant, with ``lateness``, ends by the watermark of the steps before its
+    own (as the reducer judges a row against the watermark it holds), and the
+    changes of all steps are one maintainer query over the rows on time."""
+    ptimes, marks = steps
+    rows = data.rows
+    null = np.isnan(rows[data.event_time].to_numpy(np.float64))
+    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
+    dead = [letters.null_event_time(rows[null & arrived])]
+    valid = rows[~null].sort_values(PTIME, kind="stable")
+    at = valid[PTIME].to_numpy(np.int64)
+    step = np.searchsorted(ptimes, at, side="left")
+    valid, at, step = valid[step < len(ptimes)], at[step < len(ptimes)], step[step < len(ptimes)]
+    before = np.maximum.accumulate(np.r_[MIN_TIMESTAMP, np.asarray(marks, np.int64)])[:-1]
+    t = valid[data.event_time].to_numpy(np.float64).astype(np.int64)
+    end = t + 1
+    past = np.where(end >= GLOBAL_WINDOW_END - lateness, GLOBAL_WINDOW_END, end + lateness)
+    late = past <= before[step]
+    if late.any():
+        dropped = pd.DataFrame(
+            {
+                "key": valid[data.key].to_numpy()[late],
+                "timestamp": t[late],
+                "window_start": t[late],
+                "window_end": end[late],
+                "reason": DropReason.LATE.value,
+            }
+        )
+        for name in data.values:
+            dropped[name] = valid[name].to_numpy()[late]
+        dead.append(letters.dropped(dropped))
+    state = maintainer.restore(None)
+    if late.all():
+        changelog = maintainer.apply(pd.DataFrame(), 0, state)
+    else:
+        changelog = maintainer.each_row(valid[~late].reset_index(drop=True), at[~late], state)
     full_dead = [d for d in dead if len(d)]
     return changelog, pd.concat(full_dead, ignore_index=True) if full_dead else dead[0]

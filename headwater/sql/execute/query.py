@@ -20,6 +20,7 @@ from headwater.sql.execute.local import (
     SqlRun,
     bounded_frames,
     compile_sql,
+    each_row_path,
     run_bounded,
     run_stream,
     validate,
@@ -195,6 +196,11 @@ def _describe_batch(plan: QueryPlan) -> str:
     why not (:mod:`headwater.sql.maintain.batch`)."""
     compiled = compile_sql(plan, fast=False)
     batch = compiled.maintainer.batch if isinstance(compiled, SqlPlan) else None
+    if isinstance(compiled, SqlPlan) and each_row_path(compiled):
+        return (
+            "stateless, one DuckDB query over every row on time (no operator combines "
+            "rows: each row's changes are its own), not a query per step"
+        )
     if isinstance(batch, BatchQuery):
         return "batched, one DuckDB query per step over all the groups that fire in it"
     return f"evaluated per group (one DuckDB query per fired group) because {batch}"

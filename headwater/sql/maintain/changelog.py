@@ -77,6 +77,19 @@ class Materializer:
         change["ptime"] = ptime
         return self._versioned(change)
 
+    def appended(self, added: pd.DataFrame) -> pd.DataFrame:
+        """The changelog of firings that only add rows, many steps at once: ``added``
+        holds the group columns, the query's columns and each row's ``ptime``. A
+        query whose operators take each row on its own never changes a row it
+        gave, so each step's changes are its new rows; ordered and numbered as
+        :meth:`apply` orders them step by step (equal rows by the merge's sort)."""
+        if not len(added):
+            return self._empty()
+        new = _numbered(added, self._keys)
+        on = [*self._keys, _SEQ]
+        both = new[on].iloc[:0].merge(new, how="outer", on=on)
+        return self._versioned(both.drop(columns=[_SEQ]).assign(undo=False))
+
     def expire(self, horizon: int) -> None:
         """Forget the groups whose windows end at or before ``horizon``: the model
         has collected them, so they never fire again."""

@@ -270,6 +270,31 @@ class GroupMaintainer:
         groups = fired.iloc[at].reset_index(drop=True)
         return pd.concat([groups, out.reset_index(drop=True)], axis=1)
 
+    # -- each row its own group
+    def each_row(self, rows: pd.DataFrame, ptimes: np.ndarray, state: Materializer):
+        """The changelog of a query whose operators take each row on its own
+        (:mod:`headwater.sql.plan.stateless`) over ``rows`` (the union layout,
+        on time) that arrived at ``ptimes``: one DuckDB query over all of them, each
+        row its group (its key and instant ``[t, t + 1)``), every change an insert.
+        Needs the batched query (:attr:`batch` a ``BatchQuery``)."""
+        source = rows[SOURCE].to_numpy(np.int64)
+        values = {u: rows[u].to_numpy(object) for s in self.streams for u in s.union}
+        gid = np.arange(len(rows), dtype=np.int64)
+        frames = {}
+        for i, layout in enumerate(self.streams):
+            mask = source == i
+            frame = self._frame(layout, values, mask)
+            frames[layout.name] = frame.append_column(GID, pa.array(gid[mask]))
+        t = rows[EVENT_TIME].to_numpy(np.float64).astype(np.int64)
+        out = self._df(self._relation(self.batch.text, frames, t, t + 1))
+        at = out.pop(GID).to_numpy(np.int64)
+        groups = pd.DataFrame(
+            {"__gk": _texts(rows[KEY].to_numpy()[at]), "__gs": t[at], "__ge": t[at] + 1}
+        )
+        results = pd.concat([groups, out.reset_index(drop=True)], axis=1)
+        results["ptime"] = np.asarray(ptimes, np.int64)[at]
+        return state.appended(results)
+
     # -- one group
     def _group(self, pane: pd.Series, key: str, start: int, end: int) -> pd.DataFrame:
         """The query over one group's rows (the fallback: a DuckDB call per group)."""
