@@ -313,3 +313,14 @@ def test_a_cast_of_an_operand_of_untold_type_is_refused(text: str) -> None:
     fixed = text.replace(f"TRY_CAST({operand} AS INT)", hinted)
     got = hw.sql(fixed, tables).to_pandas()
     assert as_rows(got, ["k", "i"]) == bounded_reference(same)
+
+
+@pytest.mark.parametrize("name", ["subquery of s", "union of s", "qualified of s", "replace of s"])
+def test_a_cast_of_text_typed_through_the_query_fails_naming_the_value(name: str) -> None:
+    text = hidden_queries()[name].replace("TRY_CAST(", "CAST(")
+    with pytest.raises(SqlError, match="not an integer: 1.5"):
+        hw.sql(text, {"t": HIDDEN, "u": OTHER}).to_pandas()
+    digits = HIDDEN.assign(s=["  12 ", "+7", "-3", None])
+    got = hw.sql(text, {"t": digits, "u": OTHER}).to_pandas()
+    expected = [None if v is None else int(v) for v in digits["s"]]  # Python reads digits only
+    assert as_rows(got, ["k", "i"]) == sorted(zip(digits["k"], expected, strict=True), key=repr)
