@@ -24,10 +24,10 @@ the query's tables or in the output of its subqueries and CTEs (innermost
 first), and the text functions sqlglot leaves untyped (REPLACE, SPLIT_PART,
 REGEXP_EXTRACT...) as text. An integer ``x`` is cast as written. Where the
 type stays unknown and ``x`` may be text (it reads a column that is text in
-some table or subquery), no one rewrite is right for
-text and for a fraction alike (and DuckDB's own cast would silently read
-``'1.5'`` as 2), so the planner refuses the cast, naming it and the explicit
-inner cast that tells the type.
+some table or subquery), no one rewrite is right for text and for a fraction
+alike (and DuckDB's own cast would silently read ``'1.5'`` as 2), so the
+planner refuses the cast, naming it and the explicit inner cast that tells
+the type.
 """
 
 from __future__ import annotations
