@@ -13,6 +13,7 @@ import shutil
 import duckdb
 import pandas as pd
 import pytest
+from live_changelog import Recorder, final_rows, local_steps
 from sql_helpers import changelog_order, rows, write_replay
 
 from headwater.io.arrival import in_arrival_order
@@ -70,23 +71,6 @@ def _stream(spark, directory) -> Table:
     return Table("T", spark=df, event_time="ts", watermark=BoundedOutOfOrderness(300_000))
 
 
-class Recorder:
-    """A sink keeping each batch id's changelog (a batch run again replaces its
-    own, as an idempotent sink does) and every call."""
-
-    def __init__(self) -> None:
-        self.batches: dict[int, pd.DataFrame] = {}
-        self.calls: list[tuple[int, pd.DataFrame]] = []
-
-    def __call__(self, batch, batch_id: int) -> None:
-        frame = batch.toPandas()
-        self.batches[batch_id] = frame
-        self.calls.append((batch_id, frame))
-
-    def log(self) -> pd.DataFrame:
-        return pd.concat([self.batches[b] for b in sorted(self.batches)], ignore_index=True)
-
-
 def _start(spark, text: str, directory, checkpoint, end_of_input=None):
     from headwater.sql.execute.spark import SparkSqlQuery
 
@@ -100,18 +84,6 @@ def _start(spark, text: str, directory, checkpoint, end_of_input=None):
         end_of_input=end_of_input,
     ).awaitTermination()
     return sink, letters, query
-
-
-def _final(log: pd.DataFrame) -> list[tuple]:
-    """The table a changelog leaves (its rows added less withdrawn), sorted."""
-    columns = [c for c in log.columns if c not in ("undo", "ptime", "ver")]
-    sign = log["undo"].map(lambda u: -1 if u else 1)
-    counted = log[columns].astype(object).where(log[columns].notna(), None).assign(__n=sign)
-    total = counted.groupby(columns, dropna=False, sort=False)["__n"].sum()
-    assert (total >= 0).all(), "a row withdrawn that was never added"
-    kept = total[total > 0]
-    table = kept.index.repeat(kept.to_numpy()).to_frame(index=False)
-    return sorted(rows(table), key=repr)
 
 
 def _bounded(text: str, files) -> list[tuple]:
@@ -130,15 +102,7 @@ def _local_steps(text: str, files, tmp_path) -> list[list[tuple]]:
     path = tmp_path / "t.jsonl"
     write_replay(path, DAY, steps, "ts", COLUMNS)
     log = sql(text, {"T": read_replay(str(path), "T", "ts", TYPES)}).run(None).changelog
-    times = sorted(log["ptime"].unique())
-    first = [t for t in times if t > 0][0]
-    log = log.assign(ptime=log["ptime"].where(log["ptime"] >= first, first))
-    return [_step(part) for _, part in log.groupby("ptime", sort=True)]
-
-
-def _step(part: pd.DataFrame) -> list[tuple]:
-    part = part.drop(columns=["ptime", *[c for c in part if c.startswith("__g")]])
-    return sorted(rows(part), key=repr)
+    return local_steps(log)
 
 
 @pytest.mark.spark
@@ -152,10 +116,8 @@ def test_live_stream_in_stages_equals_bounded_and_local(spark, tmp_path, name):
     dead = letters.log()
     assert len(dead) == 2 and set(dead["reason"]) == {"null_event_time"}
     assert sorted(dead["k1"]) == ["d", "e"]
-    assert _final(sink.log()) == _bounded(text, FILES)
-    spark_steps = [_step(sink.batches[b]) for b in sorted(sink.batches)]
-    spark_steps = [s for s in spark_steps if s]
-    assert spark_steps == _local_steps(text, FILES, tmp_path)
+    assert final_rows(sink.log()) == _bounded(text, FILES)
+    assert sink.steps() == _local_steps(text, FILES, tmp_path)
 
 
 @pytest.mark.spark
@@ -177,9 +139,9 @@ def test_restart_running_the_last_batch_again_changes_nothing(spark, tmp_path):
     assert again == rows(changelog_order(before.batches[last]))
     earlier = [before.batches[b] for b in sorted(before.batches) if b < last]
     log = pd.concat([*earlier, *(after.batches[b] for b in sorted(after.batches))])
-    assert _final(log) == _bounded(text, FILES)
+    assert final_rows(log) == _bounded(text, FILES)
     whole, _, _ = _start(spark, text, tmp_path / "in", tmp_path / "ck-whole")
-    assert _final(whole.log()) == _final(log)
+    assert final_rows(whole.log()) == final_rows(log)
 
 
 def test_stage_two_state_round_trips_through_the_checkpoint(tmp_path):

@@ -18,9 +18,16 @@ for any other text, on every runner), and ``CAST(s AS INT)`` casts ``'not an
 integer: ' || s`` for other text, so every runner fails on it, naming the value.
 
 ``x``'s type comes from the query's text alone (planning never reads data):
-sqlglot's type annotation of ``x``, each column read as the type of the
-column of that name in the query's tables or in the output of the query's
-subqueries and CTEs (innermost first). An integer ``x`` is cast as written.
+sqlglot's type annotation of ``x``, a column qualified by a table's name or
+alias read as that table's column, any other as the column of that name in
+the query's tables or in the output of its subqueries and CTEs (innermost
+first), and the text functions sqlglot leaves untyped (REPLACE, SPLIT_PART,
+REGEXP_EXTRACT...) as text. An integer ``x`` is cast as written. Where the
+type stays unknown and ``x`` may be text (it reads a column that is text in
+some table or subquery), no one rewrite is right for text and for a fraction
+alike (and DuckDB's own cast would silently read ``'1.5'`` as 2), so the
+planner refuses the cast, naming it and the explicit inner cast that tells
+the type.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
+from headwater.sql.errors import SqlError, position
 from headwater.sql.plan.catalog import Table
 
 T = exp.DataType.Type
@@ -42,6 +50,54 @@ FRACTIONS = frozenset(exp.DataType.REAL_TYPES)
 TEXTS = frozenset(exp.DataType.TEXT_TYPES)
 #: The text of an integer, as Spark and Flink read it (around blanks).
 INTEGER_TEXT = "^[+-]?[0-9]+$"
+#: Functions of text that return text, which sqlglot leaves untyped.
+TEXT_FUNCTIONS = (
+    exp.Replace,
+    exp.RegexpReplace,
+    exp.RegexpExtract,
+    exp.SplitPart,
+    exp.Pad,
+    exp.Left,
+    exp.Right,
+    exp.JSONExtractScalar,
+)
+UNKNOWN = exp.DataType.build("UNKNOWN")
+VARCHAR = exp.DataType.build("VARCHAR")
+
+
+class _Types:
+    """What the planner knows of the query's column types: by name (None where
+    two differ), by table, and the names that are text somewhere."""
+
+    def __init__(self, tables: Iterable[Table]) -> None:
+        self.by_name: dict[str, exp.DataType | None] = {}
+        self.by_table: dict[str, dict[str, exp.DataType]] = {}
+        self.texts: set[str] = set()
+        for table in tables:
+            mine = {n.lower(): _sql_type(a) for n, a in table.arrow_types().items()}
+            self.by_table[table.name.lower()] = mine
+            for name, found in mine.items():
+                self.learn(name, found)
+
+    def learn(self, name: str, found: exp.DataType) -> None:
+        """Record ``name``'s type; a name of two types (or of none) is unknown."""
+        if not name:
+            return
+        if found.this in TEXTS:
+            self.texts.add(name)
+        if found.this is T.UNKNOWN or (name in self.by_name and self.by_name[name] != found):
+            self.by_name[name] = None
+        else:
+            self.by_name[name] = found
+
+    def of_column(self, column: exp.Column, aliases: dict[str, str]) -> exp.DataType | None:
+        """``column``'s type: its table's column when qualified by a table, else by name."""
+        table = self.by_table.get(aliases.get(column.table.lower(), ""), {})
+        return table.get(column.name.lower()) or self.by_name.get(column.name.lower())
+
+    def may_be_text(self, node: exp.Expression) -> bool:
+        """Whether ``node`` reads a column that is text in some table or subquery."""
+        return any(c.name.lower() in self.texts for c in node.find_all(exp.Column))
 
 
 def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expression:
@@ -50,20 +106,46 @@ def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expr
     if not any(_to_integer(c) for c in query.find_all(exp.Cast)):
         return query
     query = query.copy()
-    types = _table_types(tables)
+    types = _Types(tables)
     selects = list(query.find_all(exp.Select))
     for select in reversed(selects):  # breadth first, reversed: inner queries first
+        aliases = _table_aliases(select)
         for cast in list(select.find_all(exp.Cast)):
             if not _to_integer(cast) or _scope(cast) is not select or _guarded(cast):
                 continue
-            kind = _type_of(cast.this, types).this
+            kind = _type_of(cast.this, types, aliases).this
             if kind in FRACTIONS:
                 cast.set("this", exp.Trunc(this=cast.this))
             elif kind in TEXTS:
                 _integer_text(cast)
+            elif kind is T.UNKNOWN and types.may_be_text(cast.this):
+                _refuse(cast)
         for item in select.expressions:
-            _learn(types, item.alias_or_name.lower(), _type_of(item, types))
+            types.learn(item.alias_or_name.lower(), _type_of(item, types, aliases))
     return query
+
+
+def _table_aliases(select: exp.Select) -> dict[str, str]:
+    """The name or alias (lower case) of each table ``select`` reads -> the table."""
+    first = select.args.get("from_") or select.args.get("from")  # sqlglot 30 names it from_
+    sources = [first, *(select.args.get("joins") or [])]
+    tables = [s.this for s in sources if s is not None and isinstance(s.this, exp.Table)]
+    return {t.alias_or_name.lower(): t.name.lower() for t in tables}
+
+
+def _refuse(cast: exp.Cast) -> None:
+    name = "TRY_CAST" if isinstance(cast, exp.TryCast) else "CAST"
+    operand, target = cast.this.sql(), cast.to.sql()
+    line, col = position(cast)
+    raise SqlError(
+        f"{name}({operand} AS {target}): the planner cannot tell whether {operand} is "
+        "text or a number, and text and fractions become integers differently",
+        line,
+        col,
+        f"Qualify a column by its table, or say which: {name}(CAST({operand} AS VARCHAR) "
+        f"AS {target}) for text (only an integer's digits are one), or "
+        f"{name}(CAST({operand} AS DOUBLE) AS {target}) for a number (a fraction truncates)",
+    )
 
 
 def _to_integer(cast: exp.Cast) -> bool:
@@ -110,34 +192,19 @@ def _scope(node: exp.Expression) -> exp.Select | None:
     return node.find_ancestor(exp.Select)
 
 
-def _type_of(node: exp.Expression, types: dict[str, exp.DataType | None]) -> exp.DataType:
-    """``node``'s SQL type, each column typed by name (UNKNOWN where sqlglot
-    cannot tell)."""
+def _type_of(node: exp.Expression, types: _Types, aliases: dict[str, str]) -> exp.DataType:
+    """``node``'s SQL type, each column typed by its table or name (UNKNOWN where
+    neither sqlglot nor :data:`TEXT_FUNCTIONS` tell)."""
     probe = exp.Paren(this=node.copy())
     for column in list(probe.find_all(exp.Column)):
-        known = types.get(column.name.lower())
+        known = types.of_column(column, aliases)
         if known is not None:
             column.replace(exp.Cast(this=exp.null(), to=known.copy()))
-    return annotate_types(probe, dialect="duckdb").this.type or exp.DataType.build("UNKNOWN")
-
-
-def _table_types(tables: Iterable[Table]) -> dict[str, exp.DataType | None]:
-    """Column name (lower case) -> its SQL type; None where tables disagree."""
-    types: dict[str, exp.DataType | None] = {}
-    for table in tables:
-        for name, arrow in table.arrow_types().items():
-            _learn(types, name.lower(), _sql_type(arrow))
-    return types
-
-
-def _learn(types: dict[str, exp.DataType | None], name: str, found: exp.DataType) -> None:
-    """Record ``name``'s type; a name of two types (or of none) is unknown."""
-    if not name:
-        return
-    if found.this is T.UNKNOWN or (name in types and types[name] != found):
-        types[name] = None
-    else:
-        types[name] = found
+    typed = annotate_types(probe, dialect="duckdb").this
+    inner = typed.unalias() if isinstance(typed, exp.Alias) else typed
+    if (typed.type is None or typed.type.this is T.UNKNOWN) and isinstance(inner, TEXT_FUNCTIONS):
+        return VARCHAR
+    return typed.type or UNKNOWN
 
 
 def _sql_type(arrow: pa.DataType) -> exp.DataType:
@@ -151,4 +218,8 @@ def _sql_type(arrow: pa.DataType) -> exp.DataType:
         return exp.DataType.build("BOOLEAN")
     if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
         return exp.DataType.build("VARCHAR")
+    if pa.types.is_timestamp(arrow):
+        return exp.DataType.build("TIMESTAMP")
+    if pa.types.is_date(arrow):
+        return exp.DataType.build("DATE")
     return exp.DataType.build("UNKNOWN")
