@@ -42,6 +42,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from headwater.io.end_of_input import InputEndedError, ended_message
@@ -238,25 +239,30 @@ def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: i
     )
 
 
-def changelog(F, changes, query: StatelessQuery, ptime: int):
+def changelog(F, changes, query: StatelessQuery, ptime: int, *extra):
     """The changelog of :func:`_changes`' rows: the query's columns, ``undo``,
-    ``ptime``, ``ver``."""
+    ``ptime``, ``ver`` (then the ``extra`` columns, e.g. the event time)."""
     return changes.select(
         *[F.col(f"`{c}`") for c in query.columns],
         F.lit(False).alias("undo"),
         F.timestamp_millis(F.lit(ptime)).alias("ptime"),
         F.col("ver"),
+        *extra,
     )
 
 
-def tally(F, changes, dropped) -> tuple[dict[int, int], int]:
-    """In one Spark job: the changes per event time (ms) and the dead letters' count
-    (``dropped``: the batch's rows that are dead letters)."""
-    times = changes.select(F.col(EVENT_TIME))
-    letters = dropped.select(F.lit(None).cast("long").alias(EVENT_TIME))
-    rows = times.unionByName(letters).groupBy(EVENT_TIME).count().collect()
-    counts = {int(r[0]): int(r[1]) for r in rows if r[0] is not None}
-    return counts, sum(int(r[1]) for r in rows if r[0] is None)
+def as_frame(spark, table: pa.Table, schema):
+    """The collected changelog as a Spark DataFrame of ``schema`` (the sink's batch):
+    a local relation, so a sink reading it runs no query over the files again."""
+    return spark.createDataFrame(table, schema=schema)
+
+
+def tally(table: pa.Table) -> dict[int, int]:
+    """The changes per event time (ms) of the collected changelog (its
+    ``EVENT_TIME`` column): counted on the driver, not by a second Spark job."""
+    counts = pc.value_counts(table[EVENT_TIME].drop_null())
+    times = counts.field("values").to_numpy(zero_copy_only=False)
+    return dict(zip(times.tolist(), counts.field("counts").to_numpy().tolist(), strict=True))
 
 
 def next_versions(versions: Versions, counts: dict[int, int], horizon: int, lateness: int):
@@ -274,9 +280,10 @@ def next_versions(versions: Versions, counts: dict[int, int], horizon: int, late
 class EachBatch:
     """The ``foreachBatch`` function of the stateless query: one micro-batch's
     changelog to ``sink``, its dead letters to ``dead_letter_sink``, the version
-    counts to the checkpoint. A batch is at most three Spark jobs: the sink's (the
-    changes, persisted), their counts with the dead letters' count, and the dead
-    letters themselves only when there are any."""
+    counts to the checkpoint. A batch is at most two Spark jobs: the changes,
+    collected once as Arrow (the counts are taken from them on the driver, and the
+    sink is given them as a local DataFrame), and the dead letters when there is a
+    dead-letter sink."""
 
     sql: SqlPlan
     query: StatelessQuery
@@ -303,17 +310,16 @@ class EachBatch:
         late = _late(F, ts, watermark, query.lateness)
         spark = batch.sparkSession
         changes = _changes(F, spark, batch.where(ts.isNotNull() & ~late), query, versions, ptime)
-        changes = changes.persist()
-        try:
-            if self.sink is not None:
-                self.sink(changelog(F, changes, query, ptime), batch_id)
-            counts, dead = tally(F, changes, batch.where(ts.isNull() | late))
-        finally:
-            changes.unpersist()
+        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
+        table = out.toArrow()  # the batch's one job of changes
+        counts = tally(table)
+        if self.sink is not None:
+            log = table.drop_columns([EVENT_TIME])
+            self.sink(as_frame(spark, log, out.drop(EVENT_TIME).schema), batch_id)
         if self.dead_letter_sink is not None:
             layout = list(self.sql.layouts[0].union)
-            letters = _letters(F, batch, late, query.permissive, layout)
-            dropped = letters.toPandas() if dead else pd.DataFrame()
+            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
+            dropped = dropped if len(dropped) else pd.DataFrame()
             self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
         horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
         after = next_versions(versions, counts, horizon, query.lateness)
