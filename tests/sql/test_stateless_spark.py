@@ -298,3 +298,40 @@ def test_versions_numbered_on_the_driver_equal_sparks_window(spark):
     assert rows(actual) == rows(expected.toArrow())
     assert sorted(actual["ver"].to_pylist()) == [0, 1, 2, 3, 4, 5, 5, 6, 6]
     assert not ranks_on_driver([LongType(), ArrayType(LongType())])  # Spark's window then
+
+
+@pytest.mark.spark
+def test_a_relation_sink_takes_the_batch_as_arrow(spark, tmp_path):
+    """A sink that takes Arrow (``takes_arrow``: RelationSink) is given the collected
+    changelog as is, and its table holds what the DataFrame given to another sink
+    holds: every change's row once."""
+    import pyarrow as pa
+
+    from headwater.io.sinks.relation import RelationSink
+
+    class Recording(RelationSink):
+        given: list = []
+
+        def write(self, batch, batch_id: int) -> bool:
+            self.given.append(type(batch))
+            return super().write(batch, batch_id)
+
+    data = _write(tmp_path / "bids", FILES)
+    table = Recording(str(tmp_path / "out.duckdb"), table="bids")
+    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
+    query.start(
+        checkpoint_location=str(tmp_path / "cp"), sink=table, trigger={"availableNow": True}
+    ).awaitTermination()
+    changes, _ = _run(spark, data, tmp_path / "frames")
+    log = pd.concat(changes, ignore_index=True)
+    expected = log[["bidtime", "p", "item"]]
+    assert Recording.given and set(Recording.given) == {pa.Table}
+    assert len(expected) == 5  # A, B, C, A (08:07 twice), I: the check can fail
+
+    def rows(frame: pd.DataFrame) -> list[tuple]:
+        return sorted(tuple(str(v) for v in r) for r in frame.itertuples(index=False))
+
+    read = table.read()
+    read["bidtime"] = pd.to_datetime(read["bidtime"]).dt.tz_localize(None)
+    expected = expected.assign(bidtime=pd.to_datetime(expected["bidtime"]).dt.tz_localize(None))
+    assert rows(read) == rows(expected)

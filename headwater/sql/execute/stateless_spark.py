@@ -370,7 +370,8 @@ class EachBatch:
             if query.on_driver:
                 log = log.append_column("ver", numbered(table, query.columns, versions))
                 schema = schema.add("ver", "long", nullable=False)
-            self.sink(as_frame(spark, log, schema), batch_id)
+            arrow = getattr(self.sink, "takes_arrow", False)
+            self.sink(log if arrow else as_frame(spark, log, schema), batch_id)
         if self.dead_letter_sink is not None:
             layout = list(self.sql.layouts[0].union)
             dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
