@@ -55,6 +55,10 @@ class RelationSink:
     non-empty batch; ``sink_id``: this writer in the batch-id table.
     """
 
+    #: It takes a batch as an Arrow table as well: a runner that holds the batch as
+    #: Arrow (the stateless Spark path) hands it over without a trip through Spark.
+    takes_arrow = True
+
     def __init__(
         self, target: str | os.PathLike, *, table: str = "current_relation", sink_id=None
     ) -> None:

@@ -40,8 +40,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from headwater.io.end_of_input import InputEndedError, ended_message
@@ -158,6 +160,7 @@ class StatelessQuery:
     lateness: int
     delay: int
     permissive: bool
+    on_driver: bool = False  #: ``ver`` numbered on the collected batch (ranks_on_driver)
 
 
 def plan_stateless(sql: SqlPlan, delay: int) -> StatelessQuery:
@@ -168,15 +171,17 @@ def plan_stateless(sql: SqlPlan, delay: int) -> StatelessQuery:
         (c, u, c in layout.timestamps) for c, u in zip(layout.columns, layout.union, strict=True)
     ]
     maintainer = sql.maintainer
+    types = [to_spark(maintainer.types[c], what=repr(c)) for c in maintainer.columns]
     return StatelessQuery(
         name=plan.streams[0].name,
         text=to_engine_sql(with_event_time(plan), "spark", columns_of(plan)),
         view=view,
         columns=list(maintainer.columns),
-        types=[to_spark(maintainer.types[c], what=repr(c)) for c in maintainer.columns],
+        types=types,
         lateness=plan.allowed_lateness,
         delay=delay,
         permissive=any(t.permissive for t in plan.streams),
+        on_driver=ranks_on_driver(types),
     )
 
 
@@ -204,25 +209,30 @@ def _letters(F, batch, late, permissive: bool, layout_cols: list[str]):
     return batch.where(null | late).select(*cols)
 
 
-def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: int):
-    """The batch's changes (the query over ``live``, the rows on time): the query's
-    columns and each row's event time, with ``ver`` (:func:`changelog` selects the
-    changelog's columns from them)."""
-    from pyspark.sql import Window
-
+def _rows(F, spark, live, query: StatelessQuery):
+    """The query over ``live`` (the batch's rows on time): the query's columns in
+    their types and each row's event time."""
     items = [
         (F.timestamp_millis(F.col(u)) if stamp else F.col(u)).alias(c) for c, u, stamp in query.view
     ]
     live.select(*items, F.col("ts").alias(EVENT_TIME)).createOrReplaceTempView(query.name)
     result = spark.sql(query.text)
     names = result.columns
-    out = result.select(
+    return result.select(
         *[
             F.col(f"`{n}`").cast(t).alias(c)
             for n, c, t in zip(names, query.columns, query.types, strict=False)
         ],
         F.col(f"`{names[-1]}`").alias(EVENT_TIME),
     )
+
+
+def _changes(F, spark, live, query: StatelessQuery, versions: Versions):
+    """:func:`_rows` with ``ver`` numbered by a Spark window (a shuffle): for the
+    queries whose columns Arrow cannot order as Spark does (:func:`ranks_on_driver`)."""
+    from pyspark.sql import Window
+
+    out = _rows(F, spark, live, query)
     order = [F.col(f"`{c}`").asc_nulls_last() for c in query.columns]
     rank = F.row_number().over(Window.partitionBy(EVENT_TIME).orderBy(*order)) - F.lit(1)
     if versions.counts:
@@ -238,25 +248,68 @@ def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ptime: i
     )
 
 
-def changelog(F, changes, query: StatelessQuery, ptime: int):
+def changelog(F, changes, query: StatelessQuery, ptime: int, *extra):
     """The changelog of :func:`_changes`' rows: the query's columns, ``undo``,
-    ``ptime``, ``ver``."""
+    ``ptime``, ``ver`` (when they have it: :func:`_rows`' do not), then ``extra``."""
     return changes.select(
         *[F.col(f"`{c}`") for c in query.columns],
         F.lit(False).alias("undo"),
         F.timestamp_millis(F.lit(ptime)).alias("ptime"),
-        F.col("ver"),
+        *([F.col("ver")] if "ver" in changes.columns else []),
+        *extra,
     )
 
 
-def tally(F, changes, dropped) -> tuple[dict[int, int], int]:
-    """In one Spark job: the changes per event time (ms) and the dead letters' count
-    (``dropped``: the batch's rows that are dead letters)."""
-    times = changes.select(F.col(EVENT_TIME))
-    letters = dropped.select(F.lit(None).cast("long").alias(EVENT_TIME))
-    rows = times.unionByName(letters).groupBy(EVENT_TIME).count().collect()
-    counts = {int(r[0]): int(r[1]) for r in rows if r[0] is not None}
-    return counts, sum(int(r[1]) for r in rows if r[0] is None)
+def as_frame(spark, table: pa.Table, schema):
+    """The collected changelog as a Spark DataFrame of ``schema`` (the sink's batch):
+    a local relation, so a sink reading it runs no query over the files again."""
+    return spark.createDataFrame(table, schema=schema)
+
+
+def ranks_on_driver(types) -> bool:
+    """Whether Arrow orders every result column as Spark's window would (numbers,
+    binary-collated strings, bytes, booleans, dates, timestamps): then ``ver`` is
+    numbered on the collected batch, without the window's shuffle."""
+    from pyspark.sql import types as T
+
+    plain = (T.NumericType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType)
+    plain += (T.TimestampNTZType,)
+
+    def orderable(t) -> bool:
+        if isinstance(t, T.StringType):
+            return getattr(t, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+        return isinstance(t, plain)
+
+    return all(orderable(t) for t in types)
+
+
+def numbered(table: pa.Table, columns: list[str], versions: Versions) -> pa.Array:
+    """``ver`` of each collected change: its rank among the batch's changes of its
+    event time in the order of ``columns`` (nulls last), after the changes the
+    earlier batches had there (as :func:`_changes`' window numbers them)."""
+    keys = [(EVENT_TIME, "ascending"), *[(c, "ascending") for c in columns]]
+    order = pc.sort_indices(table, sort_keys=keys).to_numpy()  # NaN, then nulls, last
+    times = table[EVENT_TIME].to_numpy()[order]  # never null: the rows on time have one
+    position = np.arange(len(times))
+    first = np.ones(len(times), dtype=bool)
+    first[1:] = times[1:] != times[:-1]
+    rank = position - np.maximum.accumulate(np.where(first, position, 0))
+    if versions.counts:
+        known = np.array(sorted(versions.counts), dtype=np.int64)
+        before = np.array([versions.counts[t] for t in known.tolist()], dtype=np.int64)
+        at = np.clip(np.searchsorted(known, times), 0, len(known) - 1)
+        rank = rank + np.where(known[at] == times, before[at], 0)
+    ver = np.empty(len(times), dtype=np.int64)
+    ver[order] = rank
+    return pa.array(ver, pa.int64())
+
+
+def tally(table: pa.Table) -> dict[int, int]:
+    """The changes per event time (ms) of the collected changelog (its
+    ``EVENT_TIME`` column): counted on the driver, not by a second Spark job."""
+    counts = pc.value_counts(table[EVENT_TIME].drop_null())
+    times = counts.field("values").to_numpy(zero_copy_only=False)
+    return dict(zip(times.tolist(), counts.field("counts").to_numpy().tolist(), strict=True))
 
 
 def next_versions(versions: Versions, counts: dict[int, int], horizon: int, lateness: int):
@@ -274,9 +327,10 @@ def next_versions(versions: Versions, counts: dict[int, int], horizon: int, late
 class EachBatch:
     """The ``foreachBatch`` function of the stateless query: one micro-batch's
     changelog to ``sink``, its dead letters to ``dead_letter_sink``, the version
-    counts to the checkpoint. A batch is at most three Spark jobs: the sink's (the
-    changes, persisted), their counts with the dead letters' count, and the dead
-    letters themselves only when there are any."""
+    counts to the checkpoint. A batch is at most two Spark jobs: the changes,
+    collected once as Arrow (the counts are taken from them on the driver, and the
+    sink is given them as a local DataFrame), and the dead letters when there is a
+    dead-letter sink."""
 
     sql: SqlPlan
     query: StatelessQuery
@@ -302,18 +356,26 @@ class EachBatch:
         ts = F.col("ts")
         late = _late(F, ts, watermark, query.lateness)
         spark = batch.sparkSession
-        changes = _changes(F, spark, batch.where(ts.isNotNull() & ~late), query, versions, ptime)
-        changes = changes.persist()
-        try:
-            if self.sink is not None:
-                self.sink(changelog(F, changes, query, ptime), batch_id)
-            counts, dead = tally(F, changes, batch.where(ts.isNull() | late))
-        finally:
-            changes.unpersist()
+        live = batch.where(ts.isNotNull() & ~late)
+        if query.on_driver:
+            changes = _rows(F, spark, live, query)
+        else:
+            changes = _changes(F, spark, live, query, versions)
+        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
+        table = out.toArrow()  # the batch's one job of changes
+        counts = tally(table)
+        if self.sink is not None:
+            log = table.drop_columns([EVENT_TIME])
+            schema = out.drop(EVENT_TIME).schema
+            if query.on_driver:
+                log = log.append_column("ver", numbered(table, query.columns, versions))
+                schema = schema.add("ver", "long", nullable=False)
+            arrow = getattr(self.sink, "takes_arrow", False)
+            self.sink(log if arrow else as_frame(spark, log, schema), batch_id)
         if self.dead_letter_sink is not None:
             layout = list(self.sql.layouts[0].union)
-            letters = _letters(F, batch, late, query.permissive, layout)
-            dropped = letters.toPandas() if dead else pd.DataFrame()
+            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
+            dropped = dropped if len(dropped) else pd.DataFrame()
             self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
         horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
         after = next_versions(versions, counts, horizon, query.lateness)
