@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headwater.bench.baselines.nexmark_flink import flink_python
-from headwater.bench.nexmark import latency_markdown, main, markdown
+from headwater.bench.nexmark import latency_markdown, main, markdown, sink_rows
 from headwater.nexmark import NexmarkConfig, generate
 
 
@@ -57,6 +57,21 @@ def test_a_query_that_fails_is_reported_and_the_next_runs(capsys, tmp_path, monk
         "reason": "RuntimeError: Python worker failed to connect back.",
     }
     assert queries["q2"]["headwater"]["status"] == "ran"
+
+
+def test_each_engine_warms_up_on_its_own_events_first(capsys, tmp_path):
+    """The first query runs once untimed over ``--warmup-events`` events in
+    ``warmup/`` (its own data and sink); ``--warmup-events 0`` skips it."""
+    argv = ["--queries", "q1,q2", "--events", "300", "--json"]
+    assert main([*argv, "--warmup-events", "200", "--workdir", str(tmp_path / "a")]) == 0
+    assert json.loads(capsys.readouterr().out)["queries"]["q1"]["headwater"]["status"] == "ran"
+    warm = tmp_path / "a" / "warmup"
+    assert not (warm / "q2-local.duckdb").exists()
+    config = NexmarkConfig(events=200, seed=0, first_event_rate=1000, out_of_order_ms=2000)
+    bids = generate(config).tables["bid"].num_rows  # q1: every bid, over its own 200 events
+    assert sink_rows(warm / "q1-local.duckdb", "q1") == bids
+    assert main([*argv, "--warmup-events", "0", "--workdir", str(tmp_path / "b")]) == 0
+    assert not (tmp_path / "b" / "warmup").exists()
 
 
 def test_unknown_query(capsys):

@@ -69,6 +69,22 @@ def _expire(idle: IdleKeys | None, reducer: Reducer, maintainer: Any, state: Any
     return gone, maintainer.forget(state, gone, now)
 
 
+def _timed_rows(data: StepInput, letters: DeadLetterForms, as_of: int | None):
+    """The dead letters of the rows of NULL event time arrived by ``as_of`` (a
+    list, to which later ones are added), and the other rows in arrival order."""
+    rows = data.rows
+    null = np.isnan(rows[data.event_time].to_numpy(np.float64))
+    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
+    dead = [letters.null_event_time(rows[null & arrived])]
+    return dead, rows[~null].sort_values(PTIME, kind="stable")
+
+
+def _concat_letters(dead: list[pd.DataFrame]) -> pd.DataFrame:
+    """The dead letters of a run (the first part's columns when there are none)."""
+    full = [d for d in dead if len(d)]
+    return pd.concat(full, ignore_index=True) if full else dead[0]
+
+
 def replay(
     data: StepInput,
     steps: tuple[np.ndarray, np.ndarray],
@@ -83,12 +99,8 @@ def replay(
     time-to-live of the keys (ms), checked at each step before its rows."""
     ptimes, marks = steps
     idle = IdleKeys(ttl) if ttl is not None else None
-    rows = data.rows
     state = maintainer.restore(None)
-    null = np.isnan(rows[data.event_time].to_numpy(np.float64))
-    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
-    dead = [letters.null_event_time(rows[null & arrived])]
-    valid = rows[~null].sort_values(PTIME, kind="stable")
+    dead, valid = _timed_rows(data, letters, as_of)
     arrival = valid[PTIME].to_numpy(np.int64)
     begin = np.searchsorted(arrival, ptimes, side="left")
     end = np.searchsorted(arrival, ptimes, side="right")
@@ -123,8 +135,7 @@ def replay(
         if full
         else maintainer.apply(pd.DataFrame(), 0, maintainer.restore(None))
     )
-    full_dead = [d for d in dead if len(d)]
-    return changelog, pd.concat(full_dead, ignore_index=True) if full_dead else dead[0]
+    return changelog, _concat_letters(dead)
 
 
 def replay_each_row(
@@ -142,11 +153,7 @@ def replay_each_row(
     own (as the reducer judges a row against the watermark it holds), and the
     changes of all steps are one maintainer query over the rows on time."""
     ptimes, marks = steps
-    rows = data.rows
-    null = np.isnan(rows[data.event_time].to_numpy(np.float64))
-    arrived = rows[PTIME].to_numpy(np.int64) <= (as_of if as_of is not None else np.inf)
-    dead = [letters.null_event_time(rows[null & arrived])]
-    valid = rows[~null].sort_values(PTIME, kind="stable")
+    dead, valid = _timed_rows(data, letters, as_of)
     at = valid[PTIME].to_numpy(np.int64)
     step = np.searchsorted(ptimes, at, side="left")
     valid, at, step = valid[step < len(ptimes)], at[step < len(ptimes)], step[step < len(ptimes)]
@@ -173,5 +180,4 @@ def replay_each_row(
         changelog = maintainer.apply(pd.DataFrame(), 0, state)
     else:
         changelog = maintainer.each_row(valid[~late].reset_index(drop=True), at[~late], state)
-    full_dead = [d for d in dead if len(d)]
-    return changelog, pd.concat(full_dead, ignore_index=True) if full_dead else dead[0]
+    return changelog, _concat_letters(dead)
