@@ -98,3 +98,25 @@ def test_a_local_replay_into_duckdb_connects_once(tmp_path, connects):
         other(batch.reset_index(drop=True), i)
     held = _table(tmp_path / "held.duckdb")
     assert held == _table(tmp_path / "per_batch.duckdb") and held
+
+
+def test_a_row_withdrawn_in_a_batch_with_a_null_leaves_the_table(tmp_path):
+    """A nullable BIGINT column reads as integers in a batch without a NULL and as
+    floats in one with a NULL: the row added in the first and withdrawn in the
+    second hashed apart, and stayed in the table."""
+    sink = RelationSink(tmp_path / "n.duckdb", table="t")
+    change = ["undo", "ptime", "ver"]
+    first = pd.DataFrame([(5, False, 1, 0)], columns=["x", *change]).astype({"x": object})
+    second = pd.DataFrame([(True, 2, 1), (False, 2, 0)], columns=change)
+    second.insert(0, "x", pd.Series([5, None], dtype=object))  # Python ints, as SQL's BIGINT
+    sink(first, 0)
+    sink(second, 1)
+    with duckdb.connect(str(tmp_path / "n.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT x, __n FROM t").fetchall() == [(None, 1)]
+    flags = pd.DataFrame([(True, False, 3, 0)], columns=["b", *change])
+    both = pd.DataFrame([(True, True, 4, 1), (None, False, 4, 0)], columns=["b", *change])
+    other = RelationSink(tmp_path / "b.duckdb", table="t")
+    other(flags, 0)
+    other(both.astype({"b": object}), 1)
+    with duckdb.connect(str(tmp_path / "b.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT b, __n FROM t").fetchall() == [(None, 1)]

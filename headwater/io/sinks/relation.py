@@ -35,6 +35,28 @@ CHANGE_COLUMNS = ("undo", "ptime", "ver")
 ROW, COUNT = "__row", "__n"
 
 
+def nullable_dtype(arrow_type: pa.DataType) -> Any:
+    """Integers and booleans as pandas' nullable types, with or without a null in
+    the batch: otherwise a batch with a NULL reads an integer column as floats
+    (and booleans as objects), whose rows hash apart from the same rows of a batch
+    without one, so that a row added in one batch was not withdrawn by another.
+    Their values hash as the plain types' do, so stored rows keep their keys."""
+    return _NULLABLE.get(arrow_type)
+
+
+_NULLABLE = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.uint8(): pd.UInt8Dtype(),
+    pa.uint16(): pd.UInt16Dtype(),
+    pa.uint32(): pd.UInt32Dtype(),
+    pa.uint64(): pd.UInt64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
+
+
 @dataclass(frozen=True)
 class _Columns:
     """The table's columns: the relation's own, with their Arrow types."""
@@ -83,7 +105,7 @@ class RelationSink:
         if last is not None and int(batch_id) <= last:
             log.info("%r: batch %d already applied: skipped", self, batch_id)
             return False
-        frame = to_arrow(batch).to_pandas()
+        frame = to_arrow(batch).to_pandas(types_mapper=nullable_dtype)
         if not len(frame):
             return False
         staged, columns = self._net(frame)
