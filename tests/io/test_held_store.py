@@ -5,6 +5,7 @@ when the run fails."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -120,3 +121,43 @@ def test_a_row_withdrawn_in_a_batch_with_a_null_leaves_the_table(tmp_path):
     other(both.astype({"b": object}), 1)
     with duckdb.connect(str(tmp_path / "b.duckdb"), read_only=True) as con:
         assert con.execute("SELECT b, __n FROM t").fetchall() == [(None, 1)]
+
+
+def test_a_query_whose_first_step_is_all_null_lands_typed(tmp_path):
+    """A column NULL in every row of the first step (or of all) used to reach the
+    table as Arrow's NULL type, which has no DuckDB type: the write crashed. Each
+    batch is now a slice of one Arrow table of the whole changelog."""
+    path = tmp_path / "nulls.jsonl"
+    rows = [
+        ("2020-01-01T00:00:01", "2020-01-01T00:00:00", "A", None, None),
+        ("2020-01-01T00:00:02", "2020-01-01T00:00:01", "B", "web", 3),
+        ("2020-01-01T00:00:03", "2020-01-01T00:00:02", "C", None, None),
+    ]
+    lines = [
+        {"ptime": p, "row": {"bidtime": t, "item": i, "channel": c, "price": n}}
+        for p, t, i, c, n in rows
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    types = {"bidtime": "TIMESTAMP", "item": "VARCHAR", "channel": "VARCHAR", "price": "BIGINT"}
+    bids = read_replay(path, "Bid", "bidtime", types)
+    query = hsql.sql("SELECT item, channel, price, NULL AS nothing FROM Bid", {"Bid": bids})
+    query.write(RelationSink(tmp_path / "q.duckdb", table="t"))
+    with duckdb.connect(str(tmp_path / "q.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT item, channel, price, nothing, __n FROM t ORDER BY item")
+        assert got.fetchall() == [
+            ("A", None, None, None, 1),
+            ("B", "web", 3, None, 1),
+            ("C", None, None, None, 1),
+        ]
+        kinds = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 't'"
+        ).fetchall()
+    assert dict(kinds) == {
+        "__row": "BIGINT",
+        "item": "VARCHAR",
+        "channel": "VARCHAR",
+        "price": "BIGINT",
+        "nothing": "INTEGER",  # DuckDB's type of an untyped NULL
+        "__n": "BIGINT",
+        "batch_id": "BIGINT",
+    }

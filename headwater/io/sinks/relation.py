@@ -105,14 +105,16 @@ class RelationSink:
         if last is not None and int(batch_id) <= last:
             log.info("%r: batch %d already applied: skipped", self, batch_id)
             return False
-        frame = to_arrow(batch).to_pandas(types_mapper=nullable_dtype)
-        if not len(frame):
+        arrow = to_arrow(batch)
+        if not arrow.num_rows:
             return False
-        staged, columns = self._net(frame)
+        staged, columns = self._net(arrow)
         return self._store.apply(self, columns, staged, int(batch_id))
 
-    def _net(self, frame: pd.DataFrame) -> tuple[pa.Table, _Columns]:
-        """One row per distinct row of the batch with its net count (+ adds, - undos)."""
+    def _net(self, batch: pa.Table) -> tuple[pa.Table, _Columns]:
+        """One row per distinct row of the batch with its net count (+ adds, - undos),
+        in the batch's own column types."""
+        frame = batch.to_pandas(types_mapper=nullable_dtype)
         values = [c for c in frame.columns if c not in CHANGE_COLUMNS]
         sign = np.where(frame["undo"].astype(bool).to_numpy(), -1, 1)
         rows = frame[values].copy()
@@ -122,7 +124,9 @@ class RelationSink:
             {**{v: "first" for v in values}, COUNT: "sum"}
         )
         net = net[net[COUNT] != 0].reset_index()[[ROW, *values, COUNT]]
-        table = pa.Table.from_pandas(net, preserve_index=False)
+        fields = [pa.field(ROW, pa.int64()), *(batch.schema.field(v) for v in values)]
+        schema = pa.schema([*fields, pa.field(COUNT, pa.int64())])
+        table = pa.Table.from_pandas(net, schema=schema, preserve_index=False)
         types = {name: table.schema.field(name).type for name in table.column_names}
         return table, _Columns(tuple(values), types)
 

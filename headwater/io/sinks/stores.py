@@ -204,6 +204,8 @@ class DuckDBStore(Store):
             pa.large_binary(): "BLOB",
             pa.date32(): "DATE",
             pa.date64(): "DATE",
+            # a column NULL in every row so far: DuckDB's own type for an untyped NULL
+            pa.null(): "INTEGER",
         }
         if t in simple:
             return simple[t]
@@ -337,6 +339,8 @@ class PostgresStore(Store):
             pa.large_binary(): "BYTEA",
             pa.date32(): "DATE",
             pa.date64(): "DATE",
+            # a column NULL in every row so far: PostgreSQL's own type for an untyped NULL
+            pa.null(): "TEXT",
         }
         if t in simple:
             return simple[t]

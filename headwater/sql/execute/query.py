@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 from sqlglot import exp
 
 from headwater.io.sinks.stores import holding
@@ -127,10 +130,9 @@ class SqlQuery:
         :class:`~headwater.io.sinks.relation.RelationSink`): one batch per
         processing time of a replay, one batch for a bounded query; the dead
         letters to ``dead_letter_sink`` (one batch)."""
-        log = self.changelog()
         with holding(sink):
-            for batch_id, (_, batch) in enumerate(log.groupby("ptime", sort=True, dropna=False)):
-                sink(batch.reset_index(drop=True), batch_id)
+            for batch_id, batch in enumerate(changelog_batches(self.changelog(), sink)):
+                sink(batch, batch_id)
         if dead_letter_sink is not None:
             self.write_dead_letters(dead_letter_sink, options.get("as_of"))
 
@@ -189,6 +191,20 @@ class SqlQuery:
                 lines.append(f"  general path evaluation: {_describe_batch(plan)}")
             lines.append(f"  on Spark streams: {_describe_spark_path(plan)}")
         return "\n".join(lines)
+
+
+def changelog_batches(log: pd.DataFrame, sink: Any) -> list[Any]:
+    """The changelog's batches, one per processing time: for a sink that takes
+    Arrow, slices of one Arrow table of the whole changelog, so that every batch
+    has the same column types (a column NULL in all of one batch's rows would be
+    typed NULL there, and its rows would not match the same rows of another)."""
+    log = log.sort_values("ptime", kind="stable").reset_index(drop=True)
+    cuts = np.flatnonzero(np.r_[True, log["ptime"].to_numpy()[1:] != log["ptime"].to_numpy()[:-1]])
+    bounds = [*cuts.tolist(), len(log)] if len(log) else [0]
+    if getattr(sink, "takes_arrow", False):
+        table = pa.Table.from_pandas(log, preserve_index=False)
+        return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+    return [log.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(bounds)]
 
 
 def _describe_batch(plan: QueryPlan) -> str:
