@@ -16,6 +16,7 @@ import headwater.sql as hsql
 from headwater.io.sinks.relation import RelationSink
 from headwater.io.sinks.stores import holding
 from headwater.sql import read_replay
+from headwater.sql.execute.query import changelog_batches
 
 BIDS = Path(__file__).resolve().parents[1] / "sql" / "data" / "paper" / "bids.jsonl"
 
@@ -161,3 +162,29 @@ def test_a_query_whose_first_step_is_all_null_lands_typed(tmp_path):
         "__n": "BIGINT",
         "batch_id": "BIGINT",
     }
+
+
+def test_a_run_written_as_one_leaves_the_table_batch_by_batch_leaves(tmp_path, connects):
+    """``write_run`` (a local run's INSERT: one transaction for all its steps) and
+    the same batches one by one give the same table and last batch id, with
+    retractions across steps; the run again writes nothing."""
+    bids = read_replay(BIDS, "Bid", "bidtime")
+    query = hsql.sql("SELECT COUNT(*) AS n, MAX(price) AS top FROM Bid", {"Bid": bids})
+    log = query.changelog()
+    assert log["undo"].any()  # counts withdrawn as they grow
+    one = RelationSink(tmp_path / "one.duckdb", table="t")
+    query.write(one)
+    assert len(connects) == 1
+    per_batch = RelationSink(tmp_path / "each.duckdb", table="t")
+    batches = changelog_batches(log, per_batch)
+    assert len(batches) > 3
+    for i, batch in enumerate(batches):
+        per_batch(batch, i)
+    assert _table_of(tmp_path / "one.duckdb") == _table_of(tmp_path / "each.duckdb")
+    assert one.last_batch_id() == per_batch.last_batch_id() == len(batches) - 1
+    assert not one.write_run([(b, i) for i, b in enumerate(batches)])
+
+
+def _table_of(path) -> list[tuple]:
+    with duckdb.connect(str(path), read_only=True) as con:
+        return con.execute("SELECT n, top, __n FROM t ORDER BY n").fetchall()

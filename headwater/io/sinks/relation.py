@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +110,21 @@ class RelationSink:
             return False
         staged, columns = self._net(arrow)
         return self._store.apply(self, columns, staged, int(batch_id))
+
+    def write_run(self, batches: Sequence[tuple[Any, int]]) -> bool:
+        """Apply a run of batches written in one call (ids increasing) as one: those
+        after the last applied, netted together, in one transaction that records the
+        last id. The table after is the one batch by batch leaves (a row's count only
+        sums), and no reader sees it between the batches anyway (the run holds the
+        file: :meth:`held`). False if nothing was left to apply."""
+        last = self._store.last_batch_id(self)
+        fresh = [(to_arrow(b), int(i)) for b, i in batches if last is None or int(i) > last]
+        fresh = [(t, i) for t, i in fresh if t.num_rows]
+        if not fresh:
+            return False
+        joined = pa.concat_tables([t for t, _ in fresh], promote_options="default")
+        staged, columns = self._net(joined)
+        return self._store.apply(self, columns, staged, fresh[-1][1])
 
     def _net(self, batch: pa.Table) -> tuple[pa.Table, _Columns]:
         """One row per distinct row of the batch with its net count (+ adds, - undos),

@@ -130,9 +130,14 @@ class SqlQuery:
         :class:`~headwater.io.sinks.relation.RelationSink`): one batch per
         processing time of a replay, one batch for a bounded query; the dead
         letters to ``dead_letter_sink`` (one batch)."""
+        batches = list(enumerate(changelog_batches(self.changelog(), sink)))
+        run = getattr(sink, "write_run", None)  # a sink that applies a run as one
         with holding(sink):
-            for batch_id, batch in enumerate(changelog_batches(self.changelog(), sink)):
-                sink(batch, batch_id)
+            if callable(run):
+                run([(batch, batch_id) for batch_id, batch in batches])
+            else:
+                for batch_id, batch in batches:
+                    sink(batch, batch_id)
         if dead_letter_sink is not None:
             self.write_dead_letters(dead_letter_sink, options.get("as_of"))
 
@@ -198,9 +203,11 @@ def changelog_batches(log: pd.DataFrame, sink: Any) -> list[Any]:
     Arrow, slices of one Arrow table of the whole changelog, so that every batch
     has the same column types (a column NULL in all of one batch's rows would be
     typed NULL there, and its rows would not match the same rows of another)."""
+    if not len(log):
+        return []
     log = log.sort_values("ptime", kind="stable").reset_index(drop=True)
-    cuts = np.flatnonzero(np.r_[True, log["ptime"].to_numpy()[1:] != log["ptime"].to_numpy()[:-1]])
-    bounds = [*cuts.tolist(), len(log)] if len(log) else [0]
+    step = log.groupby("ptime", sort=True, dropna=False).ngroup().to_numpy()  # NaT: bounded
+    bounds = [*np.flatnonzero(np.r_[True, step[1:] != step[:-1]]).tolist(), len(log)]
     if getattr(sink, "takes_arrow", False):
         table = pa.Table.from_pandas(log, preserve_index=False)
         return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
