@@ -25,7 +25,7 @@ from headwater.model.merging import RetractionQueue, WindowMerger
 from headwater.model.panes import Accumulation, TimestampCombiner, Timing
 from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
 from headwater.model.strategy import WindowingStrategy
-from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP, NO_TIMER
+from headwater.model.time import MIN_TIMESTAMP, NO_TIMER, past_end
 from headwater.model.triggers import Context
 from headwater.model.window_table import (
     LAST_PANE_FIELDS,
@@ -113,10 +113,7 @@ class Reducer:
 
     def _gc_time(self, end: np.ndarray) -> np.ndarray:
         """When a window's state is collected: end + allowed lateness + retention."""
-        return self._past(end, self.strategy.allowed_lateness + self.strategy.retention)
-
-    def _past(self, end: np.ndarray, after: int) -> np.ndarray:
-        return np.where(end >= GLOBAL_WINDOW_END - after, GLOBAL_WINDOW_END, end + after)
+        return past_end(end, self.strategy.allowed_lateness + self.strategy.retention)
 
     # ------------------------------------------------------------------ steps
     def add_bundle(self, keys, timestamps, values=None, now: int | None = None) -> Emission:
@@ -201,7 +198,7 @@ class Reducer:
                 self._dropped(codes[lost], ts[lost], none, none, inputs, lost, "no_window")
             )
         code, ets = codes[row], ts[row]
-        late = self._past(we, self.strategy.allowed_lateness) <= self.watermark
+        late = past_end(we, self.strategy.allowed_lateness) <= self.watermark
         if late.any():
             dropped.append(
                 self._dropped(code[late], ets[late], ws[late], we[late], inputs, row[late], "late")

@@ -23,6 +23,13 @@ GLOBAL_WINDOW_END: int = MAX_TIMESTAMP - 86_400_000
 #: "No timer set" in timer columns.
 NO_TIMER: int = np.iinfo(np.int64).max
 
+
+def past_end(end: np.ndarray, after: int) -> np.ndarray:
+    """Each window end ``after`` ms later (a window's lateness horizon): the global
+    window's end stays where it is, so that only the end of input passes it."""
+    return np.where(end >= GLOBAL_WINDOW_END - after, GLOBAL_WINDOW_END, end + after)
+
+
 _UNIT_MS = {
     "ms": 1,
     "millisecond": 1,

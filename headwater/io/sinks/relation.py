@@ -101,15 +101,7 @@ class RelationSink:
 
     def write(self, batch: Any, batch_id: int) -> bool:
         """Apply one changelog batch; False if it was empty or already applied."""
-        last = self._store.last_batch_id(self)
-        if last is not None and int(batch_id) <= last:
-            log.info("%r: batch %d already applied: skipped", self, batch_id)
-            return False
-        arrow = to_arrow(batch)
-        if not arrow.num_rows:
-            return False
-        staged, columns = self._net(arrow)
-        return self._store.apply(self, columns, staged, int(batch_id))
+        return self.write_run([(batch, batch_id)])
 
     def write_run(self, batches: Sequence[tuple[Any, int]]) -> bool:
         """Apply a run of batches written in one call (ids increasing) as one: those
@@ -118,6 +110,8 @@ class RelationSink:
         sums), and no reader sees it between the batches anyway (the run holds the
         file: :meth:`held`). False if nothing was left to apply."""
         last = self._store.last_batch_id(self)
+        if last is not None and batches and int(batches[0][1]) <= last:
+            log.info("%r: batches up to %d already applied: skipped", self, last)
         fresh = [(to_arrow(b), int(i)) for b, i in batches if last is None or int(i) > last]
         fresh = [(t, i) for t, i in fresh if t.num_rows]
         if not fresh:

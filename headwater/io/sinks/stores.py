@@ -151,9 +151,8 @@ class DuckDBStore(Store):
             yield self._held
             return
         # A connection per batch: the file is not locked between batches, so other
-        # processes can read it. Its directory is made as the file sinks make theirs.
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        con = duckdb.connect(self.path)
+        # processes can read it.
+        con = self._open()
         try:
             yield con
         finally:
@@ -164,19 +163,23 @@ class DuckDBStore(Store):
             self._memory.close()
             self._memory = None
 
+    def _open(self) -> Any:
+        """A connection to the file; its directory made as the file sinks make theirs."""
+        import duckdb
+
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        return duckdb.connect(self.path)
+
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """Keep one connection open while a run of batches is written in one call
-        (a local replay writes every step's batch in a loop): opening and closing
-        the file, which checkpoints it, cost about 45 ms per batch against about
-        1 ms to apply a small one. The file stays locked until the run ends."""
-        import duckdb
-
+        (a local replay's steps): opening and closing the file, which checkpoints
+        it, for each batch was half of a local NEXMark q0's time (docs/nexmark.md).
+        The file stays locked until the run ends."""
         if self.path == ":memory:" or self._held is not None:
             yield
             return
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self._held = duckdb.connect(self.path)
+        self._held = self._open()
         try:
             yield
         finally:

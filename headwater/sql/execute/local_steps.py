@@ -15,7 +15,7 @@ from headwater.model.idle import IdleKeys
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.steps import Bundle, MicroBatch, apply_step
-from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
+from headwater.model.time import MIN_TIMESTAMP, past_end
 from headwater.sql.plan.catalog import PTIME
 
 Letters = Callable[[pd.DataFrame], pd.DataFrame]
@@ -160,8 +160,7 @@ def replay_each_row(
     before = np.maximum.accumulate(np.r_[MIN_TIMESTAMP, np.asarray(marks, np.int64)])[:-1]
     t = valid[data.event_time].to_numpy(np.float64).astype(np.int64)
     end = t + 1
-    past = np.where(end >= GLOBAL_WINDOW_END - lateness, GLOBAL_WINDOW_END, end + lateness)
-    late = past <= before[step]
+    late = past_end(end, lateness) <= before[step]  # as the reducer judges a row
     if late.any():
         dropped = pd.DataFrame(
             {

@@ -295,8 +295,10 @@ def numbered(table: pa.Table, columns: list[str], versions: Versions) -> pa.Arra
     first[1:] = times[1:] != times[:-1]
     rank = position - np.maximum.accumulate(np.where(first, position, 0))
     if versions.counts:
-        known = np.array(sorted(versions.counts), dtype=np.int64)
-        before = np.array([versions.counts[t] for t in known.tolist()], dtype=np.int64)
+        known = np.fromiter(versions.counts.keys(), np.int64, len(versions.counts))
+        before = np.fromiter(versions.counts.values(), np.int64, len(versions.counts))
+        by_time = np.argsort(known)
+        known, before = known[by_time], before[by_time]
         at = np.clip(np.searchsorted(known, times), 0, len(known) - 1)
         rank = rank + np.where(known[at] == times, before[at], 0)
     ver = np.empty(len(times), dtype=np.int64)

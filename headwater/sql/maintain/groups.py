@@ -259,16 +259,22 @@ class GroupMaintainer:
         gid = np.repeat(np.arange(len(panes), dtype=np.int64), lengths)
         source = _flat(panes[SOURCE]).astype(np.int64)
         flat = {u: _flat(panes[u]) for s in self.streams for u in s.union}
+        starts, ends = fired["__gs"].to_numpy(np.int64), fired["__ge"].to_numpy(np.int64)
+        out, at = self._tagged(batch.text, flat, source, gid, (starts, ends))
+        return pd.concat([fired.iloc[at].reset_index(drop=True), out], axis=1)
+
+    def _tagged(self, text: str, values: dict[str, np.ndarray], source, gid, bounds):
+        """``text`` over the streams' rows (``values`` per union column, ``source``
+        each row's stream), each tagged with its group ``gid`` (the groups'
+        ``bounds``: starts, ends): the result rows, and each one's group."""
         frames = {}
         for i, layout in enumerate(self.streams):
             mask = source == i
-            frame = self._frame(layout, flat, mask)
+            frame = self._frame(layout, values, mask)
             frames[layout.name] = frame.append_column(GID, pa.array(gid[mask]))
-        starts, ends = fired["__gs"].to_numpy(np.int64), fired["__ge"].to_numpy(np.int64)
-        out = self._df(self._relation(batch.text, frames, starts, ends))
+        out = self._df(self._relation(text, frames, *bounds))
         at = out.pop(GID).to_numpy(np.int64)
-        groups = fired.iloc[at].reset_index(drop=True)
-        return pd.concat([groups, out.reset_index(drop=True)], axis=1)
+        return out.reset_index(drop=True), at
 
     # -- each row its own group
     def each_row(self, rows: pd.DataFrame, ptimes: np.ndarray, state: Materializer):
@@ -280,18 +286,12 @@ class GroupMaintainer:
         source = rows[SOURCE].to_numpy(np.int64)
         values = {u: rows[u].to_numpy(object) for s in self.streams for u in s.union}
         gid = np.arange(len(rows), dtype=np.int64)
-        frames = {}
-        for i, layout in enumerate(self.streams):
-            mask = source == i
-            frame = self._frame(layout, values, mask)
-            frames[layout.name] = frame.append_column(GID, pa.array(gid[mask]))
         t = rows[EVENT_TIME].to_numpy(np.float64).astype(np.int64)
-        out = self._df(self._relation(self.batch.text, frames, t, t + 1))
-        at = out.pop(GID).to_numpy(np.int64)
+        out, at = self._tagged(self.batch.text, values, source, gid, (t, t + 1))
         groups = pd.DataFrame(
             {"__gk": _texts(rows[KEY].to_numpy()[at]), "__gs": t[at], "__ge": t[at] + 1}
         )
-        results = pd.concat([groups, out.reset_index(drop=True)], axis=1)
+        results = pd.concat([groups, out], axis=1)
         results["ptime"] = np.asarray(ptimes, np.int64)[at]
         return state.appended(results)
 
