@@ -33,12 +33,14 @@ the type.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
 from headwater.sql.errors import SqlError, position
+from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.catalog import Table
 
 T = exp.DataType.Type
@@ -62,17 +64,25 @@ TEXT_FUNCTIONS = (
     exp.JSONExtractScalar,
 )
 UNKNOWN = exp.DataType.build("UNKNOWN")
+#: The columns a windowing table function adds to its table's (either spelling).
+WINDOW_COLUMNS = {
+    n: exp.DataType.build("TIMESTAMP")
+    for n in ("window_start", "window_end", "window_time", "wstart", "wend")
+}
 VARCHAR = exp.DataType.build("VARCHAR")
 
 
 class _Types:
     """What the planner knows of the query's column types: by name (None where
-    two differ), by table, and the names that are text somewhere."""
+    two differ), by table, by the output of each subquery, and the names that
+    are text somewhere."""
 
-    def __init__(self, tables: Iterable[Table]) -> None:
+    def __init__(self, tables: Iterable[Table], query: exp.Expression) -> None:
         self.by_name: dict[str, exp.DataType | None] = {}
         self.by_table: dict[str, dict[str, exp.DataType]] = {}
+        self.outputs: dict[int, dict[str, exp.DataType]] = {}
         self.texts: set[str] = set()
+        self.ctes = {c.alias_or_name.lower(): c.this for c in query.find_all(exp.CTE)}
         for table in tables:
             mine = {n.lower(): _sql_type(a) for n, a in table.arrow_types().items()}
             self.by_table[table.name.lower()] = mine
@@ -90,14 +100,63 @@ class _Types:
         else:
             self.by_name[name] = found
 
-    def of_column(self, column: exp.Column, aliases: dict[str, str]) -> exp.DataType | None:
-        """``column``'s type: its table's column when qualified by a table, else by name."""
-        table = self.by_table.get(aliases.get(column.table.lower(), ""), {})
-        return table.get(column.name.lower()) or self.by_name.get(column.name.lower())
+    def of_column(self, column: exp.Column, scope: Scope) -> exp.DataType | None:
+        """``column``'s type: the column of the source it names, or of the one
+        source of the innermost scope that has it, else by name alone."""
+        name = column.name.lower()
+        found = scope.lookup(column.table.lower(), name)
+        return found if found is not None else self.by_name.get(name)
+
+    def of_source(self, source: exp.Expression) -> dict[str, exp.DataType] | None:
+        """The column types of a FROM or JOIN source, None where not known."""
+        if isinstance(source, WindowTVF):
+            inner = self.of_source(source.this)
+            return None if inner is None else inner | WINDOW_COLUMNS
+        if isinstance(source, exp.Table):
+            defined = self.ctes.get(source.name.lower())
+            if defined is not None:
+                return self.of_query(defined)
+            return self.by_table.get(source.name.lower())
+        if isinstance(source, exp.Subquery):
+            return self.of_query(source.this)
+        return None
+
+    def of_query(self, query: exp.Expression) -> dict[str, exp.DataType] | None:
+        """The output column types of a SELECT or set operation already typed
+        (a set operation's column keeps a type only where its branches agree)."""
+        if isinstance(query, exp.SetOperation):
+            left, right = self.of_query(query.this), self.of_query(query.expression)
+            if left is None or right is None:
+                return None
+            return {n: t for n, t in left.items() if right.get(n) == t}
+        return self.outputs.get(id(query))
 
     def may_be_text(self, node: exp.Expression) -> bool:
         """Whether ``node`` reads a column that is text in some table or subquery."""
         return any(c.name.lower() in self.texts for c in node.find_all(exp.Column))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The sources a SELECT reads, by name or alias, within the scopes around it:
+    SQL resolves a column in the innermost scope that has it."""
+
+    sources: dict[str, dict[str, exp.DataType]]
+    outer: Scope | None = None
+
+    def lookup(self, source: str, name: str) -> exp.DataType | None:
+        """``name``'s type in ``source`` (or, unqualified, in the one source of the
+        innermost scope that has it); None where ambiguous or unknown."""
+        if source:
+            if source in self.sources:
+                return self.sources[source].get(name)
+            return self.outer.lookup(source, name) if self.outer else None
+        having = [cols[name] for cols in self.sources.values() if name in cols]
+        if len(having) == 1:
+            return having[0]
+        if having or self.outer is None:
+            return None
+        return self.outer.lookup(source, name)
 
 
 def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expression:
@@ -106,31 +165,72 @@ def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expr
     if not any(_to_integer(c) for c in query.find_all(exp.Cast)):
         return query
     query = query.copy()
-    types = _Types(tables)
+    types = _Types(tables, query)
     selects = list(query.find_all(exp.Select))
-    for select in reversed(selects):  # breadth first, reversed: inner queries first
-        aliases = _table_aliases(select)
+    scopes: dict[int, Scope] = {}
+    for select in selects:  # breadth first: each scope after the one around it
+        outer = _outer(select)
+        scopes[id(select)] = Scope(_sources(select, types), scopes.get(id(outer)))
+    for select in reversed(selects):  # inner queries first
+        scope = _rescoped(scopes[id(select)], select, types)
         for cast in list(select.find_all(exp.Cast)):
             if not _to_integer(cast) or _scope(cast) is not select or _guarded(cast):
                 continue
-            kind = _type_of(cast.this, types, aliases).this
+            kind = _type_of(cast.this, types, scope).this
             if kind in FRACTIONS:
                 cast.set("this", exp.Trunc(this=cast.this))
             elif kind in TEXTS:
                 _integer_text(cast)
             elif kind is T.UNKNOWN and types.may_be_text(cast.this):
                 _refuse(cast)
-        for item in select.expressions:
-            types.learn(item.alias_or_name.lower(), _type_of(item, types, aliases))
+        types.outputs[id(select)] = _output_types(select, types, scope)
+        for name, found in types.outputs[id(select)].items():
+            types.learn(name, found)
     return query
 
 
-def _table_aliases(select: exp.Select) -> dict[str, str]:
-    """The name or alias (lower case) of each table ``select`` reads -> the table."""
+def _sources(select: exp.Select, types: _Types) -> dict[str, dict[str, exp.DataType]]:
+    """The column types of each source ``select`` reads (those known so far), by
+    its name or alias (lower case)."""
     first = select.args.get("from_") or select.args.get("from")  # sqlglot 30 names it from_
-    sources = [first, *(select.args.get("joins") or [])]
-    tables = [s.this for s in sources if s is not None and isinstance(s.this, exp.Table)]
-    return {t.alias_or_name.lower(): t.name.lower() for t in tables}
+    found = {}
+    for source in [first, *(select.args.get("joins") or [])]:
+        if source is None:
+            continue
+        inner = source.this.this if isinstance(source.this, exp.Lateral) else source.this
+        columns = types.of_source(inner)
+        if columns is not None:
+            found[source.this.alias_or_name.lower() or inner.alias_or_name.lower()] = columns
+    return found
+
+
+def _outer(select: exp.Select) -> exp.Select | None:
+    """The SELECT whose sources ``select``'s columns may also read (none for a
+    CTE's body, which sees only its own)."""
+    node = select.parent
+    while node is not None and not isinstance(node, exp.Select | exp.CTE):
+        node = node.parent
+    return node if isinstance(node, exp.Select) else None
+
+
+def _rescoped(scope: Scope, select: exp.Select, types: _Types) -> Scope:
+    """``scope`` with its subqueries' sources typed (their SELECTs, inner, are
+    typed by now)."""
+    return Scope(_sources(select, types), scope.outer)
+
+
+def _output_types(select: exp.Select, types: _Types, scope: Scope) -> dict[str, exp.DataType]:
+    """``select``'s output columns and their types (``*`` as its sources' columns)."""
+    out: dict[str, exp.DataType] = {}
+    for item in select.expressions:
+        if isinstance(item, exp.Star):
+            for columns in scope.sources.values():
+                out |= columns
+        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+            out |= scope.sources.get(item.table.lower(), {})
+        else:
+            out[item.alias_or_name.lower()] = _type_of(item, types, scope)
+    return out
 
 
 def _refuse(cast: exp.Cast) -> None:
@@ -192,12 +292,12 @@ def _scope(node: exp.Expression) -> exp.Select | None:
     return node.find_ancestor(exp.Select)
 
 
-def _type_of(node: exp.Expression, types: _Types, aliases: dict[str, str]) -> exp.DataType:
+def _type_of(node: exp.Expression, types: _Types, scope: Scope) -> exp.DataType:
     """``node``'s SQL type, each column typed by its table or name (UNKNOWN where
     neither sqlglot nor :data:`TEXT_FUNCTIONS` tell)."""
     probe = exp.Paren(this=node.copy())
     for column in list(probe.find_all(exp.Column)):
-        known = types.of_column(column, aliases)
+        known = types.of_column(column, scope)
         if known is not None:
             column.replace(exp.Cast(this=exp.null(), to=known.copy()))
     typed = annotate_types(probe, dialect="duckdb").this
