@@ -59,6 +59,23 @@ QUERIES = {
     ),
 }
 
+#: Unwindowed aggregates keyed by plain columns: the global window per key value
+#: (no EMIT AFTER WATERMARK: no watermark completes such a group).
+KEYED = {
+    "unwindowed": (
+        "SELECT item, COUNT(*) AS n, COUNT(price) AS priced, SUM(price) AS total, "
+        "MIN(price) AS low, MAX(bidtime) AS latest, AVG(price) AS mean, "
+        "COUNT(DISTINCT price) AS prices FROM Bid WHERE price IS NULL OR price < 8 "
+        "GROUP BY item HAVING COUNT(*) >= 2",
+        (),
+    ),
+    "unwindowed two columns": (
+        "SELECT price, item, COUNT(*) AS n, MAX(bidtime) AS latest FROM Bid GROUP BY item, price",
+        (),
+    ),
+}
+KEYED_EMITS = [EMITS[0], EMITS[2]]
+
 #: Sessions of a 2-minute gap per item, in both spellings.
 SESSION = (
     "Session(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), gap => INTERVAL '2' MINUTE, "
@@ -202,6 +219,16 @@ def test_fast_path_equals_general_path(bids, name, emit):
     for table in bids:
         fast, general, _ = both_paths(table, f"{text} {emit}", keys)
         assert_same_runs(fast, general, keys)
+
+
+@pytest.mark.parametrize("emit", KEYED_EMITS)
+@pytest.mark.parametrize("name", list(KEYED))
+def test_unwindowed_keyed_aggregates_on_the_fast_path_equal_the_general_path(bids, name, emit):
+    text, keys = KEYED[name]
+    for table in bids:
+        fast, general, query = both_paths(table, f"{text} {emit}", keys)
+        assert_same_runs(fast, general, keys)
+        assert "holding an accumulator per aggregate for each" in query.explain()
 
 
 def assert_grown_sessions_withdrawn(run) -> None:
@@ -412,6 +439,15 @@ EXPLAINED = {
         "fast path because the sessions are over all rows, not per the GROUP BY columns (item)",
     ),
     "no group by": (f"SELECT * FROM {TUMBLE}", "not the fast path because it has no GROUP BY"),
+    "keyed": (
+        "SELECT item, COUNT(*) AS n FROM Bid GROUP BY item EMIT STREAM",
+        "runs on: fast path (a keyed aggregate: combiners, one projection per step)",
+    ),
+    "keyed dedup": (
+        "SELECT item, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY item "
+        "ORDER BY bidtime) AS rn FROM Bid) WHERE rn = 1",
+        "key bid.item: state grows with the distinct values of bid.item, holding the rows of each",
+    ),
 }
 
 
@@ -485,6 +521,7 @@ SPARK_CASES = [
     ("window", EMITS[1], 0),
     ("keyed", EMITS[0], 0),
     ("raw", EMITS[3], 180_000),
+    ("unwindowed", EMITS[0], 0),
 ]
 
 
@@ -498,7 +535,7 @@ def test_spark_streaming_equals_local(spark, tmp_path):
         path = tmp_path / f"bids-{i}.jsonl"
         write_timeline(path, seed=20 + i, lines=24)
         table = read_replay(path, "Bid", "bidtime", allowed_lateness=lateness)
-        text = f"{QUERIES[name][0]} {emit}"
+        text = f"{({**QUERIES, **KEYED})[name][0]} {emit}"
         local = hw.sql(text, {"Bid": table}).run()
         query = SparkSqlQuery(text, {"Bid": table}, spark=spark)
         assert isinstance(compile_sql(query.plan), AggregatePlan)

@@ -174,6 +174,16 @@ def try_compile(plan: QueryPlan) -> AggregatePlan | str:
         return exc.message
 
 
+def takes_fast_path(plan: QueryPlan) -> bool:
+    """Whether the streaming ``plan`` runs on the fast path."""
+    return plan.fast_path and isinstance(try_compile(plan), AggregatePlan)
+
+
+def describe_maintenance(plan: QueryPlan) -> str:
+    """The query's key and how its state grows on the path that runs it."""
+    return plan.maintenance(accumulated=takes_fast_path(plan))
+
+
 def describe_path(plan: QueryPlan) -> str:
     """Which path runs the streaming ``plan`` and, for the general path, why the
     fast path does not (``explain()`` shows it)."""
@@ -182,7 +192,8 @@ def describe_path(plan: QueryPlan) -> str:
     else:
         compiled = try_compile(plan)
         if isinstance(compiled, AggregatePlan):
-            return "fast path (a windowed aggregate: combiners, one projection per step)"
+            what = "windowed" if plan.group_mode else "keyed"
+            return f"fast path (a {what} aggregate: combiners, one projection per step)"
         reason = compiled
     return (
         "general path (incremental maintenance per event-time group), not the fast "
@@ -430,8 +441,10 @@ __all__ = [
     "AggregatePlan",
     "compile_aggregate",
     "dead_letters",
+    "describe_maintenance",
     "describe_path",
     "run_local",
+    "takes_fast_path",
     "try_compile",
     "with_keys",
 ]

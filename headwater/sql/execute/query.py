@@ -15,7 +15,7 @@ from headwater.io.sinks.stores import holding
 from headwater.model.schema import RAW_RECORD_COLUMNS
 from headwater.model.watermarks import WatermarkStrategy
 from headwater.sql.errors import SqlError, position
-from headwater.sql.execute.aggregate_local import describe_path
+from headwater.sql.execute.aggregate_local import describe_maintenance, describe_path
 from headwater.sql.execute.correct import correct
 from headwater.sql.execute.hybrid import quality_driven
 from headwater.sql.execute.local import (
@@ -186,7 +186,7 @@ class SqlQuery:
             lines.append(f"  table {t.name}: bounded")
         if plan.is_stream:
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
-            lines.append(f"  maintenance: {plan.maintenance()}")
+            lines.append(f"  maintenance: {describe_maintenance(plan)}")
             lines += [f"  {note}" for note in self.stage_notes()]
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from headwater.model.windows import GlobalWindows
 from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.catalog import Table
+from headwater.sql.plan.keys.kinds import KeyKind
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.translate import window_names
 
@@ -62,7 +64,8 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     query = plan.group_query
     if not plan.is_stream:
         return "it reads no stream"
-    if not plan.group_mode:
+    keyed = _keyed_by_columns(plan)
+    if not plan.group_mode and not keyed:
         return f"its groups are not windows or event times ({plan.key.describe()})"
     if len(plan.streams) != 1 or plan.tables:
         return "it reads more than one table"
@@ -93,7 +96,7 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
         names = window_names(tvf)
         windows = dict(zip(names, ("start", "end", "time"), strict=False))
     lower_windows = {n.lower(): n for n in windows}
-    plain = _group_columns(group, columns, lower_windows, stream, tvf)
+    plain = _group_columns(group, columns, lower_windows, stream, tvf, keyed)
     if isinstance(plain, str):
         return plain
     problem = _session_problem(tvf, plain)
@@ -133,10 +136,22 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     )
 
 
-def _group_columns(group, columns, windows, stream: Table, tvf) -> list[str] | str:
+def _keyed_by_columns(plan: QueryPlan) -> bool:
+    """Whether the query's groups are the values of plain columns in the global
+    window (an unwindowed ``GROUP BY k``), with no TTL to drop them: the model
+    keeps one accumulator per value, as it keeps one per window."""
+    return (
+        plan.key.kind is KeyKind.COLUMNS
+        and plan.key.ttl is None
+        and isinstance(plan.window_fn, GlobalWindows)
+    )
+
+
+def _group_columns(group, columns, windows, stream: Table, tvf, keyed: bool) -> list[str] | str:
     """The plain GROUP BY columns (the stream's own names, in GROUP BY order), or
     why the GROUP BY is not the fast path's: it must name a window bound (or,
-    without a TVF, the event-time column) and otherwise columns only."""
+    without a TVF, the event-time column, unless the groups are ``keyed`` by plain
+    columns in the global window) and otherwise columns only."""
     for arg in ("rollup", "cube", "grouping_sets", "totals"):
         if group.args.get(arg):
             return f"GROUP BY {arg.upper()}"
@@ -155,7 +170,9 @@ def _group_columns(group, columns, windows, stream: Table, tvf) -> list[str] | s
             return f"GROUP BY {item.name}: not a column of {stream.name}"
     if tvf is not None and not has_window:
         return "GROUP BY has no window bound"
-    if tvf is None and (stream.event_time or "").lower() not in {p.lower() for p in plain}:
+    if keyed or tvf is not None:
+        return plain
+    if (stream.event_time or "").lower() not in {p.lower() for p in plain}:
         return "GROUP BY has no event-time column"
     return plain
 

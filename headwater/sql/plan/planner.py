@@ -103,11 +103,12 @@ class QueryPlan:
     def is_stream(self) -> bool:
         return bool(self.streams)
 
-    def maintenance(self) -> str:
+    def maintenance(self, accumulated: bool = False) -> str:
         """The query's key and how its state grows; of a query in stages, each
-        stage's (``explain()``, docs/sql.md's NEXMark table)."""
+        stage's (``explain()``, docs/sql.md's NEXMark table). ``accumulated``: the
+        fast path keeps accumulators, not rows."""
         if not self.stages:
-            return self.key.describe()
+            return self.key.describe(accumulated)
         each = "; ".join(s.describe() for s in self.stages)
         return f"in {len(self.stages)} stages (as one query: {self.key.describe()}); {each}"
 
@@ -381,7 +382,7 @@ def _groups(
         line, col = position(emit)
         raise SqlError(
             "EMIT AFTER WATERMARK needs groups the watermark completes, and this query's "
-            f"groups are not bounded in event time ({key.describe()})",
+            f"groups are not bounded in event time ({key.describe(accumulated=None)})",
             line,
             col,
             "Group by window bounds (FROM Tumble(...) ... GROUP BY wstart, wend), by the "

@@ -37,7 +37,7 @@ def why_not(plan: QueryPlan) -> str | None:
     if not plan.fast_path:
         return "the fast paths were switched off for this query (fast_path=False)"
     if plan.key.kind is not KeyKind.ROW:
-        return f"an operator combines rows ({plan.key.describe()})"
+        return f"an operator combines rows ({plan.key.describe(accumulated=None)})"
     if plan.window_fn != _INSTANTS:
         return "it has a windowing table function"
     if plan.emit.after_watermark or plan.emit.delay:

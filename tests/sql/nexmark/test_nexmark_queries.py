@@ -28,6 +28,7 @@ from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 from headwater.sql import sql
 from headwater.sql.errors import SqlError
+from headwater.sql.execute.aggregate_local import describe_maintenance
 from headwater.sql.execute.local import result_types, run_stream
 from headwater.sql.execute.sink_types import fit_to_sink
 from headwater.sql.execute.sources import is_sink, local_source
@@ -377,7 +378,7 @@ def status_row(name: str, data: Path) -> str:
     else:
         status, why = "runs, equals the bounded query (Flink's meaning)", ""
     operators = ", ".join(plan.key.operators) or "none (row by row)"
-    return f"| {name} | {status} | {why} | {operators} | {plan.maintenance()} |"
+    return f"| {name} | {status} | {why} | {operators} | {describe_maintenance(plan)} |"
 
 
 def status_table(data: Path) -> str:

@@ -140,13 +140,19 @@ class MaintenanceKey:
         """The model key columns of stream ``table`` (``COLUMNS`` only)."""
         return tuple(p.column_of(table) for p in self.parts)
 
-    def describe(self) -> str:
-        """The key and how its state grows (``explain()``)."""
+    def describe(self, accumulated: bool | None = False) -> str:
+        """The key and how its state grows (``explain()``): a group of a key value
+        holds its rows, or with ``accumulated`` (the fast path's combiners) one
+        accumulator per aggregate (None: before a path is chosen, neither said)."""
         if self.kind is KeyKind.COLUMNS:
             cols = ", ".join(p.describe() for p in self.parts)
             if self.ttl is not None:
                 return f"key {cols}: {self._bounded('a value')}"
-            return f"key {cols}: state grows with the distinct values of {cols}"
+            grows = f"key {cols}: state grows with the distinct values of {cols}"
+            if accumulated is None:
+                return grows
+            held = "an accumulator per aggregate for each" if accumulated else "the rows of each"
+            return f"{grows}, holding {held}"
         if self.kind is KeyKind.NONE:
             if self.ttl is not None:
                 return f"no key (one group of every row): {self._bounded('the group')}"
