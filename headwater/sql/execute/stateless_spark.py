@@ -342,7 +342,10 @@ class EachBatch:
     dead_letter_sink: Any = None
 
     def __call__(self, batch, batch_id: int) -> None:
-        run_persisted(self._run, batch, batch_id)
+        if self.dead_letter_sink is None:  # the batch is read once: nothing to keep
+            self._run(batch, batch_id)
+        else:
+            run_persisted(self._run, batch, batch_id)
 
     def _run(self, batch, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -359,6 +362,25 @@ class EachBatch:
         late = _late(F, ts, watermark, query.lateness)
         spark = batch.sparkSession
         live = batch.where(ts.isNotNull() & ~late)
+        horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
+        if getattr(self.sink, "discards", False):
+            counts = self._discarded(live, versions, ptime, horizon, batch_id)
+        else:
+            counts = self._collected(live, versions, ptime, batch_id)
+        if self.dead_letter_sink is not None:
+            layout = list(self.sql.layouts[0].union)
+            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
+            dropped = dropped if len(dropped) else pd.DataFrame()
+            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
+        after = next_versions(versions, counts, horizon, query.lateness)
+        self.checkpoint.keep(batch_id, after)
+
+    def _collected(self, live, versions: Versions, ptime: int, batch_id: int) -> dict[int, int]:
+        """The batch's changes collected once as Arrow, to the sink (when there is
+        one); the changes per event time."""
+        from pyspark.sql import functions as F
+
+        query, spark = self.query, live.sparkSession
         if query.on_driver:
             changes = _rows(F, spark, live, query)
         else:
@@ -374,14 +396,28 @@ class EachBatch:
                 schema = schema.add("ver", "long", nullable=False)
             arrow = getattr(self.sink, "takes_arrow", False)
             self.sink(log if arrow else as_frame(spark, log, schema), batch_id)
-        if self.dead_letter_sink is not None:
-            layout = list(self.sql.layouts[0].union)
-            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
-            dropped = dropped if len(dropped) else pd.DataFrame()
-            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
-        horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
-        after = next_versions(versions, counts, horizon, query.lateness)
-        self.checkpoint.keep(batch_id, after)
+        return counts
+
+    def _discarded(
+        self, live, versions: Versions, ptime: int, horizon: int, batch_id: int
+    ) -> dict[int, int]:
+        """The batch's changes, ``ver`` numbered by Spark's window, handed uncollected
+        to a sink that discards them (a blackhole: it runs them in one job); the
+        changes per event time of the instants a later row may still join (those
+        :func:`next_versions` keeps), observed in that same job."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        query = self.query
+        changes = _changes(F, live.sparkSession, live, query, versions)
+        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
+        recent = F.col(EVENT_TIME) + F.lit(1 + query.lateness) > F.lit(horizon)
+        observation = Observation()
+        out = out.observe(observation, F.collect_list(F.when(recent, F.col(EVENT_TIME))).alias("t"))
+        self.sink(out.drop(EVENT_TIME), batch_id)
+        recent_times = np.asarray(observation.get.get("t") or [], np.int64)
+        times, n = np.unique(recent_times, return_counts=True)
+        return dict(zip(times.tolist(), n.tolist(), strict=True))
 
 
 def start(
