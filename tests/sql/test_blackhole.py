@@ -131,3 +131,22 @@ def test_blackhole_on_spark_counts_every_path(spark, tmp_path):
         assert counted == rows > 0, name
         if name == "q1":
             assert _versions(work / "cp-hole") == _versions(work / "cp-log")
+
+
+def test_counts_kept_after_a_batch_end_at_its_largest_event_time_less_the_delay():
+    """Spark's next watermark is at least a batch's largest event time less the delay:
+    the instants at or below it are late in every later batch, so their counts are
+    neither kept nor written (a first batch has no watermark to bound them)."""
+    import pyarrow as pa
+
+    from headwater.model.time import MIN_TIMESTAMP
+    from headwater.sql.execute.stateless_spark import kept_from, tally
+    from headwater.sql.plan.stateless import EVENT_TIME
+
+    table = pa.table({EVENT_TIME: pa.array([1000, 5000, 9000, 9000, None, 9500], pa.int64())})
+    floor = kept_from(MIN_TIMESTAMP, 9500, 1000)
+    assert floor == 8500
+    assert tally(table, floor, 0) == {9000: 2, 9500: 1}
+    assert tally(table, floor, 4000) == {5000: 1, 9000: 2, 9500: 1}  # lateness keeps more
+    assert kept_from(MIN_TIMESTAMP, 500, 1000) == MIN_TIMESTAMP  # no watermark would follow
+    assert kept_from(9000, 9500, 1000) == 9000  # never below the batch's own
