@@ -104,6 +104,49 @@ def test_noop_count_computes_every_column(spark):
     assert sink.rows == 6
 
 
+#: A windowed aggregate (the fast path, headwater/sql/execute/aggregate_spark.py) as a
+#: query of the harness (its sink named as theirs, so that the bench can replace it).
+WINDOWED = """
+CREATE TABLE nexmark_q0 (window_start TIMESTAMP(3), window_end TIMESTAMP(3), bids BIGINT)
+  WITH ('format' = 'table', 'path' = '${SINK}');
+INSERT INTO nexmark_q0
+SELECT window_start, window_end, COUNT(*) AS bids FROM TABLE(
+  TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+GROUP BY window_start, window_end;
+"""
+
+
+def _windowed_queries(tmp_path):
+    """A query directory: the harness's ddl.sql and :data:`WINDOWED` as q0."""
+    queries = tmp_path / "queries"
+    queries.mkdir()
+    (queries / "ddl.sql").write_text((bench.QUERY_DIR / "ddl.sql").read_text())
+    (queries / "q0.sql").write_text(WINDOWED)
+    return str(queries)
+
+
+def test_a_windowed_aggregate_takes_the_fast_path(tmp_path):
+    args = bench.parse_args(["--events", "600", "--query-dir", _windowed_queries(tmp_path)])
+    _, data = bench.prepare(args, tmp_path, ["headwater"])
+    explained = []
+    import headwater.sql.script as script
+
+    real = script.bind
+
+    def bind(*a, **k):
+        query = real(*a, **k)
+        explained.append(query.explain())
+        return query
+
+    script.bind = bind
+    try:
+        rows, _, counted = _counts("q0", args, data, tmp_path)
+    finally:
+        script.bind = real
+    assert counted == rows > 0
+    assert all("runs on: fast path" in e for e in explained), explained
+
+
 def _versions(checkpoint) -> dict[str, tuple]:
     """The version counts the stateless path kept per batch in its checkpoint."""
     folder = glob.glob(f"{checkpoint}/*/headwater-stateless")[0]
@@ -131,6 +174,12 @@ def test_blackhole_on_spark_counts_every_path(spark, tmp_path):
         assert counted == rows > 0, name
         if name == "q1":
             assert _versions(work / "cp-hole") == _versions(work / "cp-log")
+    windowed = ["--query-dir", _windowed_queries(tmp_path), "--events-per-file", "150"]
+    args = bench.parse_args(["--events", "600", "--runner", "spark", *windowed])
+    work = tmp_path / "windowed"
+    work.mkdir()
+    rows, _, counted = _counts("q0", args, data, work, spark=True)
+    assert counted == rows > 0
 
 
 def test_counts_kept_after_a_batch_end_at_its_largest_event_time_less_the_delay():
