@@ -1,17 +1,18 @@
 """``headwater bench nexmark``: the Flink NEXMark queries over generated events.
 
 For each query (tests/sql/nexmark/queries/qN.sql, Flink's text with only its
-connectors replaced), headwater runs it as a script into a DuckDB table sink:
+connectors replaced), headwater runs it as a script into a DuckDB table sink
+(``--sink blackhole``: NEXMark's sink, every row computed, counted and discarded):
 on the local runner over the replay files, or on Spark (``--runner spark``)
 over the Parquet file streams (availableNow). The other engines (``--engines``):
-``spark``, Spark's own Structured Streaming written by hand (baselines/nexmark_spark.py) over
-the same Parquet files; ``flink``, Flink's SQL on the same query text over the same
-events as CSV (baselines/nexmark_flink.py), each result checked against headwater's final
-table. Reported per engine: status (ran / refused with headwater's message / not
-written or failed, with why), seconds, events per second per core (all generated
-events, as NEXMark counts them) and output rows, then headwater's ratio to each
-other engine. A progress
-line per query (to stderr with ``--json``); at the end the status table as
+``spark``, Spark's own Structured Streaming written by hand (baselines/nexmark_spark.py)
+over the same Parquet files, each micro-batch run into Spark's ``noop`` sink and
+counted; ``flink``, Flink's SQL on the same query text over the same events as CSV
+(baselines/nexmark_flink.py), each result checked against headwater's final table.
+Reported per engine: status (ran / refused with headwater's message / not written or
+failed, with why), seconds, events per second per core (all generated events, as
+NEXMark counts them) and output rows, then headwater's ratio to each other engine. A
+progress line per query (to stderr with ``--json``); at the end the status table as
 Markdown, or with ``--json`` one JSON object.
 """
 
@@ -38,6 +39,7 @@ from headwater.bench import HelpFormatter, latency
 from headwater.bench.baselines import nexmark_spark
 from headwater.bench.baselines.nexmark_flink import flink_entries
 from headwater.bench.baselines.nexmark_spark import NATIVE_MISSING
+from headwater.io.sinks.blackhole import BlackholeSink, noop_count
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
 from headwater.sql.errors import SqlError
@@ -50,6 +52,9 @@ ALL = [f"q{i}" for i in range(24)]
 CORES = {"local": 1, "spark": 2}
 ENGINES = ("headwater", "spark", "flink")
 _REPLAY = re.compile(r"'format' = 'replay', 'path' = '\$\{DATA\}/(\w+)\.jsonl'")
+#: The WITH clause of a query's sink table (its CREATE TABLE nexmark_qN).
+_SINK_WITH = re.compile(r"(CREATE TABLE nexmark_q\d+\s*\(.*?\)\s*WITH\s*)\((.*?)\);", re.S)
+SINKS = ("table", "blackhole")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -101,6 +106,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=1000,
         help="untimed first run of the first query per engine over this many events (0: none)",
+    )
+    p.add_argument(
+        "--sink",
+        choices=SINKS,
+        default="table",
+        help="headwater's sink: table (DuckDB, the rows Flink's are checked against) or"
+        " blackhole (NEXMark's: every row computed, counted and discarded)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -163,8 +175,20 @@ def script(name: str, args, data: Path, sink: Path) -> str:
     ddl = (Path(args.query_dir) / "ddl.sql").read_text()
     if args.runner == "spark":
         ddl = _REPLAY.sub(r"'format' = 'parquet', 'path' = '${DATA}/\1'", ddl)
-    text = ddl + "\n" + (Path(args.query_dir) / f"{name}.sql").read_text()
+    query = (Path(args.query_dir) / f"{name}.sql").read_text()
+    if getattr(args, "sink", "table") == "blackhole":
+        query = blackholed(query)
+    text = ddl + "\n" + query
     return text.replace("${DATA}", str(data)).replace("${SINK}", str(sink))
+
+
+def blackholed(query: str) -> str:
+    """The query's text with its sink's WITH clause ``'connector' = 'blackhole'``
+    (NEXMark's sink)."""
+    out, n = _SINK_WITH.subn(r"\1('connector' = 'blackhole');", query)
+    if n != 1:
+        raise ValueError(f"the query declares {n} nexmark_qN sink tables, not one")
+    return out
 
 
 def sink_rows(sink: Path, name: str) -> int:
@@ -190,15 +214,18 @@ def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[s
     if args.runner == "spark":
         options["checkpoint"] = str(work / f"checkpoint-{name}")
         started_session()
+    sinks: dict[str, Any] = {}
     started = time.perf_counter()
     try:
-        list(run_script(script(name, args, data, sink), runner=args.runner, **options))
+        list(run_script(script(name, args, data, sink), runner=args.runner, sinks=sinks, **options))
     except SqlError as exc:
         return {"status": "refused", "reason": str(exc).splitlines()[0]}
     except Exception as exc:  # noqa: BLE001 - reported in the table; the next queries run
         return failed(exc)
     seconds = time.perf_counter() - started
-    return _timed(seconds, total, CORES[args.runner], sink_rows(sink, name))
+    hole = sinks.get(f"nexmark_{name}")
+    rows = hole.rows if isinstance(hole, BlackholeSink) else sink_rows(sink, name)
+    return _timed(seconds, total, CORES[args.runner], rows)
 
 
 def failed(exc: Exception) -> dict[str, Any]:
@@ -235,8 +262,11 @@ def started_session() -> Any:
 
 
 def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
-    """Spark's own Structured Streaming query (availableNow): rows counted per batch
-    (append), or the last batch's (complete: the final table)."""
+    """Spark's own Structured Streaming query (availableNow), each micro-batch run
+    into Spark's ``noop`` sink (every row and column materialized, as headwater's
+    blackhole does; ``df.count()`` would let Spark prune the columns) and counted
+    in that same job: rows per batch (append), or the last batch's (complete: the
+    final table)."""
     counted: list[int] = []
     spark = started_session()
     started = time.perf_counter()
@@ -245,7 +275,7 @@ def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
         name,
         data,
         work / f"native-checkpoint-{name}",
-        lambda df: counted.append(df.count()),
+        lambda df: counted.append(noop_count(df)),
     )
     if mode is None:
         return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}

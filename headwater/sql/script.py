@@ -62,19 +62,22 @@ def run_script(
     runner: str = "local",
     dead_letters: DeadLetters | None = None,
     functions: Functions = None,
+    sinks: dict[str, Any] | None = None,
     **options,
 ) -> Iterator[pd.DataFrame]:
     """Run a script's statements in order; yields the result of each plain query.
     ``functions``: Python functions its queries call, with those of its ``CREATE
     FUNCTION ... LANGUAGE PYTHON``; ``options["state_ttl"]``: every query's state
     time-to-live (:mod:`headwater.sql.plan.ttl`); ``options["fast_path"]``: False
-    keeps every query off the fast path."""
+    keeps every query off the fast path. ``sinks``: a dict given each sink the
+    script declares, by its table's name in lower case, so that the caller can
+    read what a sink took (a blackhole's ``rows``)."""
     tables = dict(tables or {})
     options = dict(options)
     fast_path = options.pop("fast_path", True)
     ttl = options.get("state_ttl")
     known = function_set(functions)
-    sinks: dict[str, Any] = {}
+    sinks = {} if sinks is None else sinks
     sink_columns: dict[str, list[str]] = {}
     sink_types: dict[str, dict[str, str]] = {}
     views: dict[str, exp.Query] = {}

@@ -14,6 +14,8 @@ Sinks: ``'format'`` = ``changelog`` (Parquet, a directory per batch) or
 Kafka tables (``'connector'`` = ``kafka`` / ``upsert-kafka``):
 :mod:`headwater.sql.execute.kafka_tables`.
 Delta Lake sinks (``'connector'`` = ``delta``): :mod:`headwater.sql.execute.delta_tables`.
+Blackhole sinks (``'connector'`` = ``blackhole``, the changelog counted and discarded):
+:mod:`headwater.sql.execute.blackhole_tables`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from headwater.io.sinks.relation import RelationSink
 from headwater.model.time import to_millis
 from headwater.model.watermarks import BoundedOutOfOrderness
 from headwater.sql.errors import SqlError
+from headwater.sql.execute.blackhole_tables import blackhole_sink, is_blackhole
 from headwater.sql.execute.correct import corrections_option
 from headwater.sql.execute.delta_tables import delta_sink, is_delta
 from headwater.sql.execute.files import FileRead, no_rejects, read_csv, read_json_lines
@@ -121,6 +124,8 @@ def make_sink(d: SourceDef):
         return kafka_sink(d)
     if is_delta(d):
         return delta_sink(d)
+    if is_blackhole(d):
+        return blackhole_sink(d)
     fmt, path = d.options.get("format", "").lower(), d.options.get("path")
     if path is None:
         raise SqlError(f"sink {d.name!r} has no 'path'", d.line)
@@ -130,8 +135,8 @@ def make_sink(d: SourceDef):
 
 
 def is_sink(d: SourceDef) -> bool:
-    if is_delta(d):
-        return True  # a Delta table is only a sink (delta_sink refuses WATERMARK FOR)
+    if is_delta(d) or is_blackhole(d):
+        return True  # only a sink (delta_sink and blackhole_sink refuse WATERMARK FOR)
     if d.event_time is not None:
         return False
     return is_kafka(d) or d.options.get("format", "").lower() in SINK_FORMATS

@@ -306,12 +306,29 @@ def numbered(table: pa.Table, columns: list[str], versions: Versions) -> pa.Arra
     return pa.array(ver, pa.int64())
 
 
-def tally(table: pa.Table) -> dict[int, int]:
+def tally(table: pa.Table, floor: int, lateness: int) -> dict[int, int]:
     """The changes per event time (ms) of the collected changelog (its
-    ``EVENT_TIME`` column): counted on the driver, not by a second Spark job."""
-    counts = pc.value_counts(table[EVENT_TIME].drop_null())
+    ``EVENT_TIME`` column) that a later row may still join (past ``floor``, the
+    horizon the counts are kept for): counted on the driver, not by a second
+    Spark job, and only those (a throughput run's one batch has no watermark yet:
+    every instant would otherwise be counted, kept and written)."""
+    times = table[EVENT_TIME].drop_null()
+    times = times.filter(pc.greater(pc.add(times, 1 + lateness), floor))
+    counts = pc.value_counts(times)
     times = counts.field("values").to_numpy(zero_copy_only=False)
     return dict(zip(times.tolist(), counts.field("counts").to_numpy().tolist(), strict=True))
+
+
+def kept_from(horizon: int, latest: int | None, delay: int) -> int:
+    """The horizon the counts after a batch are kept for: its watermark, or, when
+    higher, its largest event time less the watermark's delay. Spark's watermark
+    for the next batch is the largest event time it has seen less the delay, so
+    an instant at or below this is late in every later batch (its count is never
+    read again); a next watermark below it is an error (:meth:`EachBatch._run`).
+    Not when that is 0 or less: Spark's watermark there reads as none."""
+    if latest is None or latest - delay <= 0:
+        return horizon
+    return max(horizon, latest - delay)
 
 
 def next_versions(versions: Versions, counts: dict[int, int], horizon: int, lateness: int):
@@ -342,7 +359,10 @@ class EachBatch:
     dead_letter_sink: Any = None
 
     def __call__(self, batch, batch_id: int) -> None:
-        run_persisted(self._run, batch, batch_id)
+        if self.dead_letter_sink is None:  # the batch is read once: nothing to keep
+            self._run(batch, batch_id)
+        else:
+            run_persisted(self._run, batch, batch_id)
 
     def _run(self, batch, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -359,13 +379,38 @@ class EachBatch:
         late = _late(F, ts, watermark, query.lateness)
         spark = batch.sparkSession
         live = batch.where(ts.isNotNull() & ~late)
+        horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
+        if getattr(self.sink, "discards", False):
+            counts, floor = self._discarded(live, versions, ptime, horizon, batch_id)
+        else:
+            counts, floor = self._collected(live, versions, ptime, horizon, batch_id)
+        if self.dead_letter_sink is not None:
+            layout = list(self.sql.layouts[0].union)
+            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
+            dropped = dropped if len(dropped) else pd.DataFrame()
+            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
+        after = next_versions(versions, counts, floor, query.lateness)
+        self.checkpoint.keep(batch_id, after)
+
+    def _collected(
+        self, live, versions: Versions, ptime: int, horizon: int, batch_id: int
+    ) -> tuple[dict[int, int], int]:
+        """The batch's changes collected once as Arrow, to the sink (when there is
+        one); the changes per event time that later rows may join, and the horizon
+        they are kept for (:func:`kept_from`)."""
+
+        from pyspark.sql import functions as F
+
+        query, spark = self.query, live.sparkSession
         if query.on_driver:
             changes = _rows(F, spark, live, query)
         else:
             changes = _changes(F, spark, live, query, versions)
         out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
         table = out.toArrow()  # the batch's one job of changes
-        counts = tally(table)
+        latest = pc.max(table[EVENT_TIME]).as_py()
+        floor = kept_from(horizon, latest, query.delay)
+        counts = tally(table, floor, query.lateness)
         if self.sink is not None:
             log = table.drop_columns([EVENT_TIME])
             schema = out.drop(EVENT_TIME).schema
@@ -374,14 +419,34 @@ class EachBatch:
                 schema = schema.add("ver", "long", nullable=False)
             arrow = getattr(self.sink, "takes_arrow", False)
             self.sink(log if arrow else as_frame(spark, log, schema), batch_id)
-        if self.dead_letter_sink is not None:
-            layout = list(self.sql.layouts[0].union)
-            dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
-            dropped = dropped if len(dropped) else pd.DataFrame()
-            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
-        horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
-        after = next_versions(versions, counts, horizon, query.lateness)
-        self.checkpoint.keep(batch_id, after)
+        return counts, floor
+
+    def _discarded(
+        self, live, versions: Versions, ptime: int, horizon: int, batch_id: int
+    ) -> tuple[dict[int, int], int]:
+        """The batch's changes, ``ver`` numbered by Spark's window, handed uncollected
+        to a sink that discards them (a blackhole: it runs them in one job); the
+        changes per event time of the instants a later row may still join, and the
+        horizon they are kept for (:func:`kept_from`), observed in that same job."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        query = self.query
+        changes = _changes(F, live.sparkSession, live, query, versions)
+        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
+        et, latest = F.col(EVENT_TIME), F.max(EVENT_TIME)
+        # kept_from in Spark: the list holds only the instants kept, not every one
+        floor = F.when(
+            latest - F.lit(query.delay) > 0, F.greatest(F.lit(horizon), latest - F.lit(query.delay))
+        ).otherwise(F.lit(horizon))
+        recent = F.filter(F.collect_list(et), lambda t: t + F.lit(1 + query.lateness) > floor)
+        observation = Observation()
+        out = out.observe(observation, recent.alias("t"), latest.alias("latest"))
+        self.sink(out.drop(EVENT_TIME), batch_id)
+        metrics = observation.get
+        times, n = np.unique(np.asarray(metrics.get("t") or [], np.int64), return_counts=True)
+        counts = dict(zip(times.tolist(), n.tolist(), strict=True))
+        return counts, kept_from(horizon, metrics.get("latest"), query.delay)
 
 
 def start(
