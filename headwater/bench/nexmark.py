@@ -264,9 +264,8 @@ def started_session() -> Any:
 def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
     """Spark's own Structured Streaming query (availableNow), each micro-batch run
     into Spark's ``noop`` sink (every row and column materialized, as headwater's
-    blackhole does; ``df.count()`` would let Spark prune the columns) and counted
-    in that same job: rows per batch (append), or the last batch's (complete: the
-    final table)."""
+    blackhole does) and counted in that same job: rows per batch (append), or the
+    last batch's (complete: the final table)."""
     counted: list[int] = []
     spark = started_session()
     started = time.perf_counter()
