@@ -18,6 +18,20 @@ from headwater.sql.maintain.changelog import CHANGE_COLUMNS, GROUP_COLUMNS, in_o
 AT = "__hw_at"
 
 
+def _matched(frame: pd.DataFrame, fired: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Which rows of ``frame`` (one per group) are of a ``fired`` group, and those
+    rows with the group's ``AT``. Only the rows whose ``__gk`` a fired group has
+    are merged (one hashed column over the whole state, not a three-column join):
+    an unwindowed key's state holds every key value ever seen."""
+    group = list(GROUP_COLUMNS)
+    candidates = np.flatnonzero(frame["__gk"].isin(fired["__gk"]).to_numpy())
+    marked = frame.iloc[candidates].merge(fired[[*group, AT]], how="left", on=group)
+    found = marked[AT].notna().to_numpy()
+    hit = np.zeros(len(frame), dtype=bool)
+    hit[candidates[found]] = True
+    return hit, marked[found]
+
+
 class GroupRows:
     """What each group materialized last and its next ``ver``: the changelog of a
     windowed aggregate, whose groups have at most ONE result row each.
@@ -58,10 +72,8 @@ class GroupRows:
         had = np.zeros(n, dtype=bool)
         old, kept, at_old = new.iloc[:0], None, np.zeros(0, dtype=np.int64)
         if self.rows is not None and len(self.rows):
-            marked = self.rows.merge(fired[[*group, AT]], how="left", on=group)
-            hit = marked[AT].notna().to_numpy()
-            if hit.any():
-                old = marked[hit]
+            hit, old = _matched(self.rows, fired)
+            if len(old):
                 at_old = old[AT].to_numpy(np.int64)
                 had[at_old] = True
             kept = self.rows[~hit]
@@ -79,9 +91,8 @@ class GroupRows:
         ver = np.zeros(n, dtype=np.int64)
         others = None
         if self.versions is not None and len(self.versions):
-            marked = self.versions.merge(fired[[*group, AT]], how="left", on=group)
-            hit = marked[AT].notna().to_numpy()
-            ver[marked.loc[hit, AT].to_numpy(np.int64)] = marked.loc[hit, "ver"].to_numpy(np.int64)
+            hit, marked = _matched(self.versions, fired)
+            ver[marked[AT].to_numpy(np.int64)] = marked["ver"].to_numpy(np.int64)
             others = self.versions[~hit]
         rows = new.drop(columns=[AT])
         self.rows = (
