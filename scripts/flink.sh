@@ -11,27 +11,79 @@
 # 2.3.0: Python 3.9-3.12, Java 11/17/21; the JVM it starts is the `java` on PATH, the
 # Java 17 Spark uses). `headwater bench nexmark --engines ...,flink --flink-python P`
 # runs headwater/bench/baselines/flink_nexmark.py with it. Only the result goes to stdout.
+#
+# PyFlink ships no Parquet format: its format jar (org.apache.flink:flink-sql-parquet, the
+# same version) and the Hadoop client it needs are fetched once from Maven Central with
+# `mvn` into $cache/flink-sql-parquet-$version/ (a second run downloads nothing), where
+# headwater/bench/baselines/nexmark_flink.py finds them for the Parquet sources.
+#
+#   bash scripts/flink.sh jar           # fetch once if needed; prints the jar's path
 set -euo pipefail
 
 version="${HEADWATER_FLINK:-2.3.0}"
 cache="${HEADWATER_CACHE:-$HOME/.cache/headwater}"
 venv="$cache/flink-$version"
 python="$venv/bin/python"
+jar_dir="$cache/flink-sql-parquet-$version"
+jar="$jar_dir/flink-sql-parquet-$version.jar"
+# flink-sql-parquet reads through Hadoop's Configuration, which neither it nor PyFlink
+# ships: the shaded Hadoop client (api + runtime) beside it, every jar of the folder on
+# the job's class path.
+hadoop="${HEADWATER_FLINK_HADOOP:-3.3.6}"
 action="${1:-install}"
 
 log() { echo "[flink] $*" >&2; }
 
 ready() { [ -f "$venv/.installed" ] && "$python" -c 'import pyflink.table' 2>/dev/null; }
 
+# The Parquet format jar and the Hadoop client it loads classes from, once (a second run
+# finds .complete and downloads nothing).
+fetch_jar() {
+  [ -f "$jar_dir/.complete" ] && return 0
+  command -v mvn >/dev/null 2>&1 || { log "mvn not found (apt-get install maven)"; exit 1; }
+  local work dep g a v deps=""
+  for dep in "org.apache.flink flink-sql-parquet $version" \
+      "org.apache.hadoop hadoop-client-api $hadoop" \
+      "org.apache.hadoop hadoop-client-runtime $hadoop"; do
+    read -r g a v <<<"$dep"
+    deps="$deps<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
+  done
+  work="$(mktemp -d)"
+  cat >"$work/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>headwater</groupId><artifactId>flink-jars</artifactId><version>0</version>
+  <dependencies>$deps</dependencies>
+</project>
+EOF
+  log "fetching flink-sql-parquet $version and hadoop-client $hadoop into $jar_dir (Maven Central, once)"
+  rm -rf "$jar_dir.partial"
+  if ! mvn -q -B -Dstyle.color=never -f "$work/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$jar_dir.partial" >&2; then
+    rm -rf "$work" "$jar_dir.partial"
+    log "mvn failed"
+    exit 1
+  fi
+  rm -rf "$work" "$jar_dir"
+  mv "$jar_dir.partial" "$jar_dir"
+  touch "$jar_dir/.complete"
+}
+
 case "$action" in
   status)
-    if ready; then echo "$python"; exit 0; fi
+    if ready && [ -f "$jar_dir/.complete" ]; then echo "$python"; exit 0; fi
     exit 3
     ;;
+  jar)
+    fetch_jar
+    echo "$jar"
+    exit 0
+    ;;
   install) ;;
-  *) log "usage: flink.sh [install|status]"; exit 2 ;;
+  *) log "usage: flink.sh [install|status|jar]"; exit 2 ;;
 esac
 
+fetch_jar
 if ready; then
   echo "$python"
   exit 0

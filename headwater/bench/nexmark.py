@@ -461,12 +461,16 @@ def bench(args) -> dict[str, Any]:
 
 
 def _check(r: dict[str, Any]) -> str:
-    """Whether another engine's rows equal headwater's final table (when checked)."""
+    """The mode the engine ran in (Flink's), and whether its rows equal headwater's final
+    table (when checked)."""
+    mode = f", {r['mode']} mode" if r.get("mode") else ""
+    if r.get("check") == "failed":
+        return f"{mode}, not checked ({r['check_reason']})"
     if r.get("matches_headwater") is None:
-        return ""
+        return mode
     if r["matches_headwater"]:
-        return ", equal to headwater's"
-    return f", differs from headwater's ({r['differing']} distinct rows)"
+        return f"{mode}, equal to headwater's"
+    return f"{mode}, differs from headwater's ({r['differing']} distinct rows)"
 
 
 def _cell(r: dict[str, Any]) -> str:

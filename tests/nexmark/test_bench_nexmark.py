@@ -9,7 +9,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from headwater.bench.baselines.nexmark_flink import flink_python
+from headwater.bench.baselines.nexmark_flink import flink_python, parquet_jar
 from headwater.bench.nexmark import latency_markdown, main, markdown, sink_rows
 from headwater.nexmark import NexmarkConfig, generate
 
@@ -103,12 +103,14 @@ def test_harness_on_spark(spark, capsys, tmp_path):
 @pytest.mark.flink
 @pytest.mark.slow
 def test_harness_against_flink(capsys, tmp_path):
-    """Flink's SQL (PyFlink, batch) over the same events: each final table equals
-    headwater's, row for row; a query Flink cannot run reports Flink's own error."""
+    """Flink's SQL (PyFlink) over the same events: timed in streaming mode over the
+    Parquet files into the blackhole; its batch check's final table equals headwater's,
+    row for row; a query Flink cannot run reports Flink's own error."""
     if flink_python() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("no Flink virtualenv: CI must run `bash scripts/flink.sh` first")
         pytest.skip("no Flink virtualenv (bash scripts/flink.sh)")
+    assert parquet_jar() is not None, "scripts/flink.sh fetches the Parquet jar with the venv"
     argv = ["--queries", "q2,q3,q8,q14", "--events", "1000", "--engines", "headwater,flink"]
     rc = main([*argv, "--json", "--seed", "3", "--workdir", str(tmp_path)])
     assert rc == 0
@@ -125,11 +127,16 @@ def test_harness_against_flink(capsys, tmp_path):
     for name in ("q2", "q3", "q8"):
         flink, ours = queries[name]["flink"], queries[name]["headwater"]
         assert flink["status"] == "ran" and flink["matches_headwater"] is True, name
+        assert (flink["mode"], flink["source"], flink["check"]) == (
+            "streaming",
+            "parquet",
+            "batch",
+        ), name
         assert flink["differing"] == 0 and flink["rows"] == ours["rows"], name
     assert queries["q8"]["flink"]["rows"] > 0
     q14 = queries["q14"]["flink"]
     assert q14["status"] == "failed" and "CountChar" in q14["reason"]
-    assert "q2: flink: " in captured.err and "equal to headwater's" in captured.err
+    assert "q2: flink: " in captured.err and "streaming mode, equal to headwater's" in captured.err
     assert "| headwater/flink |" in markdown(result)
 
 

@@ -2,10 +2,11 @@
 
 PyFlink lives in a virtualenv of its own (``scripts/flink.sh``; its pins conflict with
 headwater's), so Flink runs as one subprocess for all the queries
-(``flink_nexmark.py`` beside this file, one JVM), in batch mode over the generator's CSV
-files, each query into a CSV directory. Here: find that Python, run it, and check each
-Flink result against headwater's final table of the same query (a multiset of rows, in
-the sink table's column types).
+(``flink_nexmark.py`` beside this file, one JVM). Each query runs timed in streaming mode
+over the generator's Parquet files into the blackhole sink (as NEXMark measures Flink),
+then untimed in batch mode into a CSV directory. Here: find that Python and the Parquet
+jar, run it, and check each Flink final table against headwater's of the same query (a
+multiset of rows, in the sink table's column types).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ def flink_python(explicit: str | None = None) -> Path | None:
     return path if path.exists() else None
 
 
+def parquet_jar() -> Path | None:
+    """flink-sql-parquet's jar (the Hadoop client's beside it) that scripts/flink.sh
+    fetches; None when it has not (Flink then reads the CSV files)."""
+    cache = Path(os.environ.get("HEADWATER_CACHE", Path.home() / ".cache" / "headwater"))
+    folder = cache / f"flink-sql-parquet-{FLINK_VERSION}"
+    jar = folder / f"flink-sql-parquet-{FLINK_VERSION}.jar"
+    return jar if (folder / ".complete").exists() and jar.exists() else None
+
+
 def run_flink(
     python: Path, names: list[str], data: Path, query_dir: Path, out: Path
 ) -> Iterator[dict[str, Any]]:
@@ -45,6 +55,9 @@ def run_flink(
     out.mkdir(parents=True, exist_ok=True)
     argv = [str(python), str(RUNNER), "--data", str(data), "--query-dir", str(query_dir)]
     argv += ["--out", str(out), "--queries", ",".join(names), "--parallelism", str(PARALLELISM)]
+    jar = parquet_jar()
+    if jar is not None:
+        argv += ["--parquet-jar", str(jar)]
     with open(out / "flink.log", "w") as log:
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True) as proc:
             assert proc.stdout is not None
@@ -110,12 +123,32 @@ def _headwater_columns(con, name: str, sink: Path) -> dict[str, str] | None:
     return {c: t for c, t in found if c not in (ROW, COUNT, BATCH_COL)} or None
 
 
+def entry(r: dict[str, Any], total: int, check_dir: Path, sink: Path | None) -> dict[str, Any]:
+    """A query's entry from the runner's line: the streaming run's seconds and events/s per
+    core; the batch check's rows and, with headwater's ``sink``, whether they are equal."""
+    if r["status"] != "ran":
+        return r
+    seconds = r["seconds"]
+    timed = {
+        "status": "ran",
+        "mode": r["mode"],
+        "source": r["source"],
+        "seconds": round(seconds, 3),
+        "events_per_s_per_core": round(total / seconds / PARALLELISM),
+    }
+    if r.get("check") != "ran":  # timed, but no final table to count or compare
+        reason = r.get("check_reason", "not run")
+        return {**timed, "rows": None, "check": "failed", "check_reason": reason}
+    checked = compare(check_dir.name, sink, check_dir) if sink is not None else {}
+    return {**timed, "rows": csv_rows(check_dir), "check": "batch", **checked}
+
+
 def flink_entries(
     names: list[str], data: Path, work: Path, args, total: int, sinks: dict[str, Path]
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(query, Flink's entry) per query: ran (seconds, events/s/core, rows, and the check
-    against headwater's sink where ``sinks`` has the query: those headwater ran) or failed
-    with Flink's error, or not run."""
+    """(query, Flink's entry) per query: ran (the streaming run's seconds and events/s/core,
+    the batch check's rows and whether they equal headwater's sink where ``sinks`` has the
+    query: those headwater ran) or failed with Flink's error, or not run."""
     python = flink_python(args.flink_python)
     if python is None:
         reason = "no Flink virtualenv: run `bash scripts/flink.sh` (or pass --flink-python)"
@@ -125,13 +158,4 @@ def flink_entries(
     out = work / "flink"
     for r in run_flink(python, names, data, Path(args.query_dir), out):
         name = r.pop("query")
-        if r["status"] == "ran":
-            seconds = r["seconds"]
-            r = {
-                "status": "ran",
-                "seconds": round(seconds, 3),
-                "events_per_s_per_core": round(total / seconds / PARALLELISM),
-                "rows": csv_rows(out / name),
-                **(compare(name, sinks[name], out / name) if name in sinks else {}),
-            }
-        yield name, r
+        yield name, entry(r, total, out / name, sinks.get(name))
