@@ -473,15 +473,20 @@ def _check(r: dict[str, Any]) -> str:
     return f"{mode}, differs from headwater's ({r['differing']} distinct rows)"
 
 
+def _rows(r: dict[str, Any]) -> str:
+    """The rows counted, or that they were not (a run whose check failed)."""
+    return "rows not counted" if r.get("rows") is None else f"{r['rows']} rows"
+
+
 def _cell(r: dict[str, Any]) -> str:
     if r["status"] == "ran":
-        return f"ran: {r['rows']} rows, {r['events_per_s_per_core']:,} events/s/core" + _check(r)
+        return f"ran: {_rows(r)}, {r['events_per_s_per_core']:,} events/s/core" + _check(r)
     return f"{r['status']}: {r['reason'].replace('|', '/')}"
 
 
 def _throughput(r: dict[str, Any]) -> str:
     return (
-        f"{r['rows']} rows in {r['seconds']:.2f}s "
+        f"{_rows(r)} in {r['seconds']:.2f}s "
         f"({r['events_per_s_per_core']:,} events/s/core{_check(r)})"
     )
 

@@ -43,6 +43,8 @@ def test_a_failed_check_keeps_the_timing_and_says_why(tmp_path):
     assert r["events_per_s_per_core"] == 250 and r["rows"] is None
     assert r["check"] == "failed" and "boom" in progress("q1", {"flink": r})
     assert "streaming mode, not checked (TableException: boom)" in progress("q1", {"flink": r})
+    assert "rows not counted in 2.00s" in progress("q1", {"flink": r})
+    assert "None rows" not in progress("q1", {"flink": r})
     assert entry({"status": "failed", "reason": "x"}, 1000, tmp_path, None)["reason"] == "x"
 
 
