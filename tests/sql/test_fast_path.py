@@ -57,6 +57,22 @@ QUERIES = {
         f"AVG(price) AS mean FROM {FLINK} GROUP BY window_start, window_end, window_time, item",
         ("item",),
     ),
+    # FILTER: the aggregate of CASE WHEN ... END on the fast path
+    "filtered": (
+        "SELECT wstart, wend, COUNT(*) FILTER (WHERE price < 5) AS cheap, "
+        "COUNT(DISTINCT item) FILTER (WHERE price >= 5) AS items, "
+        "SUM(price) FILTER (WHERE item = 'A') AS a_total, AVG(price) FILTER (WHERE item <> 'A') "
+        f"AS mean, COUNT(price) FILTER (WHERE price > 2) AS priced FROM {TUMBLE} "
+        "GROUP BY wstart, wend",
+        (),
+    ),
+    # a bucket of the event time (NEXMark q15/q16's day): a tumbling window of its size
+    "bucket": (
+        "SELECT item, DATE_TRUNC('minute', bidtime) AS m, COUNT(*) AS n, "
+        "MAX(price) FILTER (WHERE price < 8) AS top FROM Bid "
+        "GROUP BY item, DATE_TRUNC('minute', bidtime) HAVING COUNT(*) > 0",
+        ("item",),
+    ),
 }
 
 #: Unwindowed aggregates keyed by plain columns: the global window per key value
@@ -398,6 +414,19 @@ def test_multi_key_ver_counts_per_group(bids):
             f"SELECT wstart, COUNT(*) FROM {TUMBLE} GROUP BY wstart, wend, price + 1",
             "not a column",
         ),
+        ("SELECT COUNT(*) FILTER (WHERE price > 1) FROM Bid GROUP BY CAST(bidtime AS DATE)", None),
+        (
+            # a bucket of an expression, not of the event time itself: left to the general path
+            "SELECT COUNT(*) FROM Bid GROUP BY CAST(bidtime AS DATE), "
+            "DATE_TRUNC('minute', CAST(bidtime AS DATE))",
+            "not a column",
+        ),
+        (
+            # a bucket finer than the key's (the hour): not the same for a group's rows
+            "SELECT COUNT(*) FROM Bid GROUP BY DATE_TRUNC('hour', bidtime), "
+            "DATE_TRUNC('minute', bidtime)",
+            "not a column",
+        ),
     ],
 )
 def test_which_queries_take_the_fast_path(bids, text, reason):
@@ -522,6 +551,7 @@ SPARK_CASES = [
     ("keyed", EMITS[0], 0),
     ("raw", EMITS[3], 180_000),
     ("unwindowed", EMITS[0], 0),
+    ("bucket", EMITS[1], 0),
 ]
 
 

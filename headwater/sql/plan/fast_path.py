@@ -18,11 +18,14 @@ from sqlglot import exp
 
 from headwater.model.windows import GlobalWindows
 from headwater.sql.parse.dialect import WindowTVF
+from headwater.sql.plan.buckets import bucket_of
 from headwater.sql.plan.catalog import Table
 from headwater.sql.plan.keys.kinds import KeyKind
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.translate import window_names
 
+#: The window-start column a bucket GROUP BY item is computed from.
+BUCKET_START = "__hw_bucket_start"
 #: The aggregates the fast path has combiners for.
 AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
 
@@ -61,7 +64,7 @@ def why_not(plan: QueryPlan) -> str | None:
 def analyze_shape(plan: QueryPlan) -> Shape | str:
     """The query's :class:`Shape`, or a sentence saying why it is not a plain
     windowed aggregate over one stream."""
-    query = plan.group_query
+    query = filters_as_cases(plan.group_query)
     if not plan.is_stream:
         return "it reads no stream"
     keyed = _keyed_by_columns(plan)
@@ -95,8 +98,13 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     if tvf is not None:
         names = window_names(tvf)
         windows = dict(zip(names, ("start", "end", "time"), strict=False))
+    buckets = _bucket_items(group, plan, stream) if tvf is None else []
+    if buckets:
+        windows[BUCKET_START] = "start"
+        query = _bucketed(query, buckets, stream.event_time)
+        group = exp.Group(expressions=[e for e in group.expressions if e not in buckets])
     lower_windows = {n.lower(): n for n in windows}
-    plain = _group_columns(group, columns, lower_windows, stream, tvf, keyed)
+    plain = _group_columns(group, columns, lower_windows, stream, tvf, keyed or bool(buckets))
     if isinstance(plain, str):
         return plain
     problem = _session_problem(tvf, plain)
@@ -136,6 +144,101 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     )
 
 
+def filters_as_cases(query: exp.Expression) -> exp.Expression:
+    """``query`` with each ``agg(x) FILTER (WHERE c)`` written ``agg(CASE WHEN c THEN
+    x END)`` (``COUNT(*)``: of ``CASE WHEN c THEN 1 END``): the same value, since
+    these aggregates skip NULLs and a row failing ``c`` (or where ``c`` is NULL)
+    gives NULL, and a form the combiners take (a copy; ``query`` itself when it has
+    no FILTER)."""
+    filters = [f for f in query.find_all(exp.Filter) if isinstance(f.this, AGGREGATES)]
+    if not filters:
+        return query
+    query = query.copy()
+    for node in list(query.find_all(exp.Filter)):
+        agg = node.this
+        if not isinstance(agg, AGGREGATES) or not isinstance(node.expression, exp.Where):
+            continue
+        condition = node.expression.this
+        arg = agg.this
+        if isinstance(arg, exp.Star):
+            arg = exp.Literal.number(1)
+        target = arg.expressions[0] if isinstance(arg, exp.Distinct) else arg
+        case = exp.Case(ifs=[exp.If(this=condition.copy(), true=target.copy())])
+        rewritten = agg.copy()
+        if isinstance(arg, exp.Distinct):
+            rewritten.this.set("expressions", [case])
+        else:
+            rewritten.set("this", case)
+        node.replace(rewritten)
+    return query
+
+
+def _bucket_items(group: exp.Group, plan: QueryPlan, stream: Table) -> list[exp.Expression]:
+    """The GROUP BY items that are the query's key bucket of the stream's event time
+    (``DATE_FORMAT(dateTime, 'yyyy-MM-dd')`` in a query keyed by the day): the
+    model's tumbling window of the bucket's size, so the item is the same for
+    every row of a group, and its value is the item of the window's start."""
+    if plan.key.kind is not KeyKind.BUCKET or not stream.event_time:
+        return []
+    found = []
+    for item in group.expressions:
+        bucket = None if isinstance(item, exp.Column) else bucket_of(item)
+        if bucket is None or bucket[0] != plan.key.bucket:
+            continue
+        column = bucket[1]
+        if isinstance(column, exp.Column) and column.name.lower() == stream.event_time.lower():
+            found.append(item)
+    return found
+
+
+def _bucketed(query, buckets, event_time: str) -> exp.Expression:
+    """``query`` with each bucket item outside aggregates (in SELECT and HAVING)
+    the same bucket of the window's start (:data:`BUCKET_START`)."""
+    query = query.copy()
+    texts = {bare(b).sql() for b in buckets}
+
+    def at_start(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.AggFunc):
+            return node
+        if not isinstance(node, exp.Column) and bare(node).sql() in texts:
+            node = node.copy()
+            for column in list(node.find_all(exp.Column)):
+                if column.name.lower() == event_time.lower():
+                    column.replace(exp.column(BUCKET_START))
+            return node
+        return node
+
+    for part in ("expressions", "having"):
+        value = query.args.get(part)
+        if isinstance(value, list):
+            query.set(part, [_outside_aggregates(v, at_start) for v in value])
+        elif value is not None:
+            query.set(part, _outside_aggregates(value, at_start))
+    return query
+
+
+def _outside_aggregates(node: exp.Expression, fn) -> exp.Expression:
+    """``node`` transformed by ``fn`` everywhere but inside its aggregates."""
+    if isinstance(node, exp.AggFunc):
+        return node
+    replaced = fn(node)
+    if replaced is not node:
+        return replaced
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression):
+            node.set(key, _outside_aggregates(value, fn))
+        elif isinstance(value, list):
+            done = [
+                _outside_aggregates(v, fn) if isinstance(v, exp.Expression) else v for v in value
+            ]
+            node.set(key, done)
+    return node
+
+
+def _is_node(value) -> bool:
+    return isinstance(value, exp.Expression)
+
+
 def _keyed_by_columns(plan: QueryPlan) -> bool:
     """Whether the query's groups are the values of plain columns in the global
     window (an unwindowed ``GROUP BY k``), with no TTL to drop them: the model
@@ -147,11 +250,12 @@ def _keyed_by_columns(plan: QueryPlan) -> bool:
     )
 
 
-def _group_columns(group, columns, windows, stream: Table, tvf, keyed: bool) -> list[str] | str:
+def _group_columns(group, columns, windows, stream: Table, tvf, untimed: bool) -> list[str] | str:
     """The plain GROUP BY columns (the stream's own names, in GROUP BY order), or
     why the GROUP BY is not the fast path's: it must name a window bound (or,
-    without a TVF, the event-time column, unless the groups are ``keyed`` by plain
-    columns in the global window) and otherwise columns only."""
+    without a TVF, the event-time column, unless the groups are ``untimed``: keyed
+    by plain columns in the global window, or by a bucket) and otherwise columns
+    only."""
     for arg in ("rollup", "cube", "grouping_sets", "totals"):
         if group.args.get(arg):
             return f"GROUP BY {arg.upper()}"
@@ -170,7 +274,7 @@ def _group_columns(group, columns, windows, stream: Table, tvf, keyed: bool) -> 
             return f"GROUP BY {item.name}: not a column of {stream.name}"
     if tvf is not None and not has_window:
         return "GROUP BY has no window bound"
-    if keyed or tvf is not None:
+    if untimed or tvf is not None:
         return plain
     if (stream.event_time or "").lower() not in {p.lower() for p in plain}:
         return "GROUP BY has no event-time column"
