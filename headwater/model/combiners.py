@@ -114,9 +114,28 @@ def _grouped_extreme(values: np.ndarray, groups: np.ndarray, n: int, how: str):
             out = np.full(n, info.max if how == "min" else info.min, dtype=np.int64)
         (np.minimum if how == "min" else np.maximum).at(out, groups, values)
         return out
+    if values.dtype == object and len(values):
+        try:
+            return _sorted_extreme(values, np.asarray(groups), n, how)
+        except TypeError:  # values of types that do not compare: pandas says which
+            pass
     result = getattr(pd.Series(values, dtype=object).groupby(groups), how)()
     out = np.empty(n, dtype=object)
     out[result.index.to_numpy()] = result.to_numpy()
+    return out
+
+
+def _sorted_extreme(values: np.ndarray, groups: np.ndarray, n: int, how: str) -> np.ndarray:
+    """Per-group min or max of Python objects (strings, decimals) by one sort of
+    the values and a stable one of their groups: pandas' grouped min/max of
+    objects runs a Python loop per group."""
+    order = np.argsort(values, kind="stable")
+    order = order[np.argsort(groups[order], kind="stable")]
+    g = groups[order]
+    change = g[1:] != g[:-1]
+    at = np.flatnonzero(np.r_[True, change] if how == "min" else np.r_[change, True])
+    out = np.empty(n, dtype=object)
+    out[g[at]] = values[order[at]]
     return out
 
 
