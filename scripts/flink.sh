@@ -38,35 +38,12 @@ ready() { [ -f "$venv/.installed" ] && "$python" -c 'import pyflink.table' 2>/de
 
 # The Parquet format jar and the Hadoop client it loads classes from, once (a second run
 # finds .complete and downloads nothing).
+# shellcheck source=scripts/maven.sh
+. "$(dirname "${BASH_SOURCE[0]}")/maven.sh"
 fetch_jar() {
-  [ -f "$jar_dir/.complete" ] && return 0
-  command -v mvn >/dev/null 2>&1 || { log "mvn not found (apt-get install maven)"; exit 1; }
-  local work dep g a v deps=""
-  for dep in "org.apache.flink flink-sql-parquet $version" \
-      "org.apache.hadoop hadoop-client-api $hadoop" \
-      "org.apache.hadoop hadoop-client-runtime $hadoop"; do
-    read -r g a v <<<"$dep"
-    deps="$deps<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
-  done
-  work="$(mktemp -d)"
-  cat >"$work/pom.xml" <<EOF
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>headwater</groupId><artifactId>flink-jars</artifactId><version>0</version>
-  <dependencies>$deps</dependencies>
-</project>
-EOF
-  log "fetching flink-sql-parquet $version and hadoop-client $hadoop into $jar_dir (Maven Central, once)"
-  rm -rf "$jar_dir.partial"
-  if ! mvn -q -B -Dstyle.color=never -f "$work/pom.xml" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$jar_dir.partial" >&2; then
-    rm -rf "$work" "$jar_dir.partial"
-    log "mvn failed"
-    exit 1
-  fi
-  rm -rf "$work" "$jar_dir"
-  mv "$jar_dir.partial" "$jar_dir"
-  touch "$jar_dir/.complete"
+  fetch "$jar_dir" "org.apache.flink:flink-sql-parquet:$version" \
+    "org.apache.hadoop:hadoop-client-api:$hadoop" \
+    "org.apache.hadoop:hadoop-client-runtime:$hadoop"
 }
 
 case "$action" in

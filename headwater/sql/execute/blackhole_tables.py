@@ -26,14 +26,8 @@ def is_blackhole(d: SourceDef) -> bool:
 
 def blackhole_sink(d: SourceDef) -> BlackholeSink:
     """The sink a ``'connector' = 'blackhole'`` table declares."""
-    unknown = sorted(k for k in d.options if k not in SINK_OPTIONS)
-    if unknown:
-        raise SqlError(
-            f"blackhole sink {d.name!r}: unknown option {unknown[0]!r}",
-            d.line,
-            None,
-            "A blackhole takes only 'connector' = 'blackhole'",
-        )
+    only = "A blackhole takes only 'connector' = 'blackhole'"
+    d.check_options(SINK_OPTIONS, "blackhole sink", only)
     if d.event_time is not None:
         raise SqlError(
             f"blackhole table {d.name!r} is a sink: it takes no WATERMARK FOR and no query "

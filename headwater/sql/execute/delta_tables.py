@@ -30,14 +30,7 @@ def is_delta(d: SourceDef) -> bool:
 
 def delta_sink(d: SourceDef) -> DeltaSink:
     """The Delta sink a ``'connector' = 'delta'`` table declares."""
-    unknown = sorted(k for k in d.options if k not in SINK_OPTIONS)
-    if unknown:
-        raise SqlError(
-            f"Delta sink {d.name!r}: unknown option {unknown[0]!r}",
-            d.line,
-            None,
-            f"Use only {', '.join(sorted(SINK_OPTIONS))}",
-        )
+    d.check_options(SINK_OPTIONS, "Delta sink")
     if d.event_time is not None:
         raise SqlError(f"Delta table {d.name!r} is a sink: it takes no WATERMARK FOR", d.line)
     if "path" not in d.options:

@@ -75,14 +75,7 @@ def is_kafka(d: SourceDef) -> bool:
 
 def _checked(d: SourceDef, allowed: frozenset[str], what: str) -> dict[str, str]:
     """The options, each known, with the required ones present."""
-    unknown = sorted(k for k in d.options if k not in allowed)
-    if unknown:
-        raise SqlError(
-            f"Kafka {what} {d.name!r}: unknown option {unknown[0]!r}",
-            d.line,
-            None,
-            f"Use only {', '.join(sorted(allowed))}",
-        )
+    d.check_options(allowed, f"Kafka {what}")
     for required in ("topic", "properties.bootstrap.servers"):
         if required not in d.options:
             raise SqlError(f"Kafka {what} {d.name!r} has no {required!r}", d.line)

@@ -97,6 +97,18 @@ class SourceDef:
     #: ``PRIMARY KEY (...) NOT ENFORCED``: the columns one version of a row is keyed by
     primary_key: tuple[str, ...] = ()
 
+    def check_options(self, allowed: frozenset[str], what: str, hint: str | None = None) -> None:
+        """Refuse an option the connector does not know, naming it (``what``: the
+        table's kind, as the error names it)."""
+        unknown = sorted(k for k in self.options if k not in allowed)
+        if unknown:
+            raise SqlError(
+                f"{what} {self.name!r}: unknown option {unknown[0]!r}",
+                self.line,
+                None,
+                hint or f"Use only {', '.join(sorted(allowed))}",
+            )
+
     def key_fields(self) -> list[str]:
         """A sink's key: ``'key.fields'`` (``;``-separated), else its PRIMARY KEY
         (Flink's upsert-kafka takes the key from the PRIMARY KEY); SqlError if both
