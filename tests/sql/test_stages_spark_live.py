@@ -163,3 +163,18 @@ def test_stage_two_state_round_trips_through_the_checkpoint(tmp_path):
         assert rows(actual) == rows(expected)
     assert len(by_step) > 2
     shutil.rmtree(tmp_path / "ck")
+
+
+@pytest.mark.spark
+def test_a_keyed_aggregate_streams_on_the_fast_path(spark, tmp_path):
+    """Stage 1's shape alone: an unwindowed GROUP BY of a column keeps one
+    accumulator per aggregate of each key value on a live stream too, and gives
+    the changelog of the local runner step by step."""
+    text = "SELECT k1, MAX(v) AS m, AVG(v) AS a, COUNT(DISTINCT k2) AS d FROM T GROUP BY k1"
+    _write(tmp_path / "in", FILES)
+    sink, letters, query = _start(spark, text, tmp_path / "in", tmp_path / "ck")
+    assert "fast path (a keyed aggregate" in query.explain()
+    dead = letters.log()
+    assert set(dead["reason"]) == {"null_event_time"} and sorted(dead["k1"]) == ["d", "e"]
+    assert final_rows(sink.log()) == _bounded(text, FILES)
+    assert sink.steps() == _local_steps(text, FILES, tmp_path)

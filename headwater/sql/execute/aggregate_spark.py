@@ -298,6 +298,37 @@ def _partial_columns(sql: AggregatePlan) -> list:
     return items
 
 
+def live_output(
+    sql: AggregatePlan,
+    *,
+    lift: bool | str = "auto",
+    num_shards: int | None = None,
+    end_of_input=None,
+):
+    """The runner's streaming output over the query's Spark stream (changes, panes
+    and dead letters of each micro-batch): what :func:`start` writes, and stage 1
+    of a query in stages (:mod:`headwater.sql.execute.stages_spark`) feeds stage 2."""
+    table = sql.shape.stream
+    if table.spark is None or not table.is_stream:
+        raise SqlError(f"table {table.name!r} is not a Spark stream")
+    table.check_spark_event_time()
+    if not isinstance(table.watermark, BoundedOutOfOrderness):
+        raise SqlError(
+            f"the Spark stream {table.name!r} needs a watermark",
+            hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ..., or pass "
+            "Table(..., watermark=BoundedOutOfOrderness(ms))",
+        )
+    return compile_stream(
+        sql,
+        project(sql, table.spark, carry=True),
+        table.watermark,
+        lift=lift,
+        num_shards=num_shards,
+        carry=(*carried(sql), *(CARRIED if table.permissive else ())),
+        end_of_input=end_of_input,
+    )
+
+
 def start(
     sql: AggregatePlan,
     *,
@@ -317,26 +348,8 @@ def start(
     with neither, the changelog goes to Spark's ``noop`` sink (benchmarks).
     An ``availableNow`` run ends its input unless ``end_of_input`` is False
     (docs/semantics.md, "End of input")."""
-    table = sql.shape.stream
-    if table.spark is None or not table.is_stream:
-        raise SqlError(f"table {table.name!r} is not a Spark stream")
-    table.check_spark_event_time()
-    if not isinstance(table.watermark, BoundedOutOfOrderness):
-        raise SqlError(
-            f"the Spark stream {table.name!r} needs a watermark",
-            hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ..., or pass "
-            "Table(..., watermark=BoundedOutOfOrderness(ms))",
-        )
     end = end_of_input_for(trigger, end_of_input)
-    out = compile_stream(
-        sql,
-        project(sql, table.spark, carry=True),
-        table.watermark,
-        lift=lift,
-        num_shards=num_shards,
-        carry=(*carried(sql), *(CARRIED if table.permissive else ())),
-        end_of_input=end,
-    )
+    out = live_output(sql, lift=lift, num_shards=num_shards, end_of_input=end)
     if sink is None and dead_letter_sink is None:
         writer = changelog_frame(sql, out).writeStream.format("noop")
     else:
@@ -370,6 +383,7 @@ __all__ = [
     "collect",
     "compile_stream",
     "dead_letter_frame",
+    "live_output",
     "project",
     "run_replay",
     "start",

@@ -67,7 +67,7 @@ from headwater.sql.execute.local import state_ttl as key_ttl
 from headwater.sql.execute.permissive import CARRIED, ERROR, event_time_sql
 from headwater.sql.execute.query import SqlQuery
 from headwater.sql.execute.spark_collect import as_pandas, collect_to_end
-from headwater.sql.execute.stages_spark import StageCheckpoint, StagedBatches
+from headwater.sql.execute.stages_spark import FirstStage, StageCheckpoint, StagedBatches
 from headwater.sql.maintain.changelog import in_order
 from headwater.sql.maintain.groups import EVENT_TIME, KEY, SOURCE
 from headwater.sql.plan.calls import first_call
@@ -336,6 +336,11 @@ class SparkSqlQuery(SqlQuery):
                     "the script on the local runner, or use the Python API (run_streaming("
                     "..., watermark=QualityDriven(...)), docs/hybrid.md)",
                 )
+        end = end_of_input_for(trigger, end_of_input)
+        if self.plan.stages:  # stage 1 streams, stage 2 on the driver
+            out, first = self._first_stage(end)
+            each_batch = self._stage_batches(first, checkpoint_location, sink, dead_letter_sink)
+            return self._launch(out, each_batch, checkpoint_location, trigger, end)
         sql = compile_sql(self.plan)
         if not isinstance(sql, SqlPlan):  # the fast path of a windowed aggregate
             from headwater.sql.execute import aggregate_spark
@@ -348,22 +353,7 @@ class SparkSqlQuery(SqlQuery):
                 trigger=trigger,
                 end_of_input=end_of_input,
             )
-        delays = [t.watermark.delay for t in self.plan.streams if t.watermark is not None]
-        if not delays:
-            raise SqlError(
-                "a Spark stream needs a watermark",
-                hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
-            )
-        end = end_of_input_for(trigger, end_of_input)
-        watermark = BoundedOutOfOrderness(max(delays))
-        carry = CARRIED if _permissive(self.plan) else ()
-        first = compile_sql(self.plan.first_stage) if self.plan.stages else None
-        if isinstance(first, SqlPlan):  # stage 1 streams, stage 2 on the driver
-            out = self._compile(
-                first, self._union(first, self.plan.first_stage), watermark, carry, end
-            )
-            each_batch = self._stage_batches(first, checkpoint_location, sink, dead_letter_sink)
-            return self._launch(out, each_batch, checkpoint_location, trigger, end)
+        delays = self._delays()
         if stateless_why_not(self.plan) is None:  # Spark's own projection
             return stateless_spark.start(
                 sql,
@@ -376,6 +366,8 @@ class SparkSqlQuery(SqlQuery):
                 trigger=trigger,
                 end_of_input=end_of_input,
             )
+        watermark = BoundedOutOfOrderness(max(delays))
+        carry = CARRIED if _permissive(self.plan) else ()
         out = self._compile(sql, self._union(sql), watermark, carry, end)
         fields = [f.name for f in sql.maintainer.output_fields()]
         columns = [
@@ -404,7 +396,39 @@ class SparkSqlQuery(SqlQuery):
 
         return self._launch(out, each_batch, checkpoint_location, trigger, end)
 
-    def _stage_batches(self, first: SqlPlan, checkpoint_location: str, sink, dead_letter_sink):
+    def _delays(self) -> list[int]:
+        """The watermark delays of the query's streams (one at least)."""
+        delays = [t.watermark.delay for t in self.plan.streams if t.watermark is not None]
+        if not delays:
+            raise SqlError(
+                "a Spark stream needs a watermark",
+                hint="Declare WATERMARK FOR <event time> AS <event time> - INTERVAL ...",
+            )
+        return delays
+
+    def _first_stage(self, end):
+        """Stage 1 of a query in stages as a streaming output, on the path that
+        runs it (the fast path of an aggregate, or the general path), and how its
+        micro-batches read (:class:`FirstStage`)."""
+        first = compile_sql(self.plan.first_stage)
+        if not isinstance(first, SqlPlan):
+            from headwater.sql.execute import aggregate_spark
+
+            fields = [f.name for f in first.maintainer.output_fields()]
+            out = aggregate_spark.live_output(first, end_of_input=end)
+            return out, FirstStage(fields, lambda b: aggregate_spark.dead_letter_frame(first, b))
+        watermark = BoundedOutOfOrderness(max(self._delays()))
+        carry = CARRIED if _permissive(self.plan) else ()
+        union = self._union(first, self.plan.first_stage)
+        out = self._compile(first, union, watermark, carry, end)
+        fields = [f.name for f in first.maintainer.output_fields()]
+
+        def letters(batch):
+            return _letters_frame(batch.sparkSession, first, dead_letters(batch).toPandas())
+
+        return out, FirstStage(fields, letters)
+
+    def _stage_batches(self, first: FirstStage, checkpoint_location: str, sink, dead_letter_sink):
         """The ``foreachBatch`` of a query in stages: stage 2 over each micro-batch's
         stage-1 changelog (:mod:`headwater.sql.execute.stages_spark`)."""
         stage = second_stage(self.plan)
@@ -415,7 +439,6 @@ class SparkSqlQuery(SqlQuery):
             stage.begin(int(time.time() * 1000)),  # the query's start, sent with batch 0
             sink,
             dead_letter_sink,
-            _letters_frame,
         )
 
     def _launch(self, out, each_batch, checkpoint_location: str, trigger, end):

@@ -30,8 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from headwater.runners.spark.output import changes, dead_letters
-from headwater.sql.execute.local import SqlPlan
+from headwater.runners.spark.output import changes
 from headwater.sql.execute.spark_collect import as_pandas, run_persisted
 from headwater.sql.maintain.changelog import CHANGE_COLUMNS
 from headwater.sql.maintain.stages import SecondStage
@@ -89,20 +88,31 @@ class StageCheckpoint:
             self.fs.delete_dir(old)
 
 
+@dataclass(frozen=True)
+class FirstStage:
+    """How a micro-batch of stage 1's streaming output reads, on either path that
+    runs stage 1 (the general path or the aggregate fast path, whose outputs lay
+    their dead letters out apart): ``fields``, the changelog's columns of the pane
+    transform (stage 1's columns, ``undo``, ``ptime`` in ms, ``ver``), and
+    ``letters``, the batch's dead letters as the SQL front end shows them."""
+
+    fields: list[str]
+    letters: Callable[[Any], Any]
+
+
 @dataclass
 class StagedBatches:
     """The ``foreachBatch`` of a query in stages: stage 2 over each micro-batch's
     stage-1 changelog; its changelog to ``sink``, stage 1's dead letters to
-    ``dead_letter_sink`` (``letters_frame``: them as the local runner lays them
-    out); ``start``: the changelog of the query's start, sent with batch 0."""
+    ``dead_letter_sink``; ``start``: the changelog of the query's start, sent
+    with batch 0."""
 
-    sql: SqlPlan
+    first: FirstStage
     stage: SecondStage
     checkpoint: StageCheckpoint
     start: pd.DataFrame
     sink: Callable[[Any, int], None] | None
     dead_letter_sink: Callable[[Any, int], None] | None
-    letters_frame: Callable[[Any, SqlPlan, pd.DataFrame], Any]
 
     def __post_init__(self) -> None:
         self.schema = self.stage.result_schema()
@@ -115,8 +125,7 @@ class StagedBatches:
     def _run(self, batch, batch_id: int) -> None:
         self._restore(batch_id)
         self.at = None  # until the batch is kept: a failure leaves the state mid-batch
-        fields = [f.name for f in self.sql.maintainer.output_fields()]
-        first = as_pandas(changes(batch, fields))
+        first = as_pandas(changes(batch, self.first.fields))
         parts = [self.start] if batch_id == 0 and len(self.start) else []
         for now, part in first.groupby("ptime", sort=True):
             parts.append(self.stage.step(part.reset_index(drop=True), int(now)))
@@ -124,8 +133,7 @@ class StagedBatches:
         if self.sink is not None:
             self.sink(self._frame(spark, parts), batch_id)
         if self.dead_letter_sink is not None:
-            dropped = dead_letters(batch).toPandas()
-            self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
+            self.dead_letter_sink(self.first.letters(batch), batch_id)
         self.checkpoint.keep(batch_id, self.stage.snapshot())
         self.at = batch_id
 

@@ -247,10 +247,6 @@ def _keyed_by_columns(plan: QueryPlan) -> bool:
         plan.key.kind is KeyKind.COLUMNS
         and plan.key.ttl is None
         and isinstance(plan.window_fn, GlobalWindows)
-        # a live Spark stream keeps the general path: as stage 1 of a query in
-        # stages, its changelog on the fast path numbered stage 2's versions apart
-        # from the local runner's (tests/sql/test_stages_spark_live.py)
-        and all(t.is_replay for t in plan.streams)
     )
 
 
