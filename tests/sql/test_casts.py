@@ -223,6 +223,9 @@ HIDDEN_FORMS = {
     # a subquery's column, named as u's integer s, read through its alias
     "through alias": "SELECT r.k, TRY_CAST(r.s AS INT) AS i FROM (SELECT k, {c} AS s FROM t) "
     "AS r JOIN u ON r.k = u.k",
+    # the same column read from a correlated subquery (its outer scope's source)
+    "correlated": "SELECT r.k, (SELECT TRY_CAST(r.s AS INT) FROM u WHERE u.k = r.k) AS i "
+    "FROM (SELECT k, {c} AS s FROM t) AS r",
 }
 #: Functions of text sqlglot leaves untyped: the planner knows they give text.
 TEXT_FORMS = {

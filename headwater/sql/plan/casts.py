@@ -166,27 +166,37 @@ def truncating_casts(query: exp.Expression, tables: Iterable[Table]) -> exp.Expr
         return query
     query = query.copy()
     types = _Types(tables, query)
-    selects = list(query.find_all(exp.Select))
-    scopes: dict[int, Scope] = {}
-    for select in selects:  # breadth first: each scope after the one around it
-        outer = _outer(select)
-        scopes[id(select)] = Scope(_sources(select, types), scopes.get(id(outer)))
-    for select in reversed(selects):  # inner queries first
-        scope = _rescoped(scopes[id(select)], select, types)
-        for cast in list(select.find_all(exp.Cast)):
-            if not _to_integer(cast) or _scope(cast) is not select or _guarded(cast):
-                continue
-            kind = _type_of(cast.this, types, scope).this
-            if kind in FRACTIONS:
-                cast.set("this", exp.Trunc(this=cast.this))
-            elif kind in TEXTS:
-                _integer_text(cast)
-            elif kind is T.UNKNOWN and types.may_be_text(cast.this):
-                _refuse(cast)
-        types.outputs[id(select)] = _output_types(select, types, scope)
-        for name, found in types.outputs[id(select)].items():
-            types.learn(name, found)
+    tops = [s for s in query.find_all(exp.Select) if _scope(s) is None]
+    for select in sorted(tops, key=lambda s: s.find_ancestor(exp.CTE) is None):  # CTEs first
+        _type_select(select, types, None)
     return query
+
+
+def _type_select(select: exp.Select, types: _Types, outer: Scope | None) -> None:
+    """Rewrite the casts of ``select`` and of the queries in it, and record its
+    output types. Its sources (CTEs, FROM and JOIN subqueries, which see no outer
+    scope) are typed first; then the subqueries that read its columns
+    (correlated, in its WHERE, SELECT list or a LATERAL), with its scope around."""
+    inner = [s for s in select.find_all(exp.Select) if _scope(s) is select]
+    reading = [s for s in inner if _reads_scope(s, select)]
+    for child in sorted(set(inner) - set(reading), key=inner.index):
+        _type_select(child, types, None)
+    for child in reading:
+        _type_select(child, types, Scope(_sources(select, types), outer))
+    scope = Scope(_sources(select, types), outer)  # a LATERAL's output typed by now
+    for cast in list(select.find_all(exp.Cast)):
+        if not _to_integer(cast) or _scope(cast) is not select or _guarded(cast):
+            continue
+        kind = _type_of(cast.this, types, scope).this
+        if kind in FRACTIONS:
+            cast.set("this", exp.Trunc(this=cast.this))
+        elif kind in TEXTS:
+            _integer_text(cast)
+        elif kind is T.UNKNOWN and types.may_be_text(cast.this):
+            _refuse(cast)
+    types.outputs[id(select)] = _output_types(select, types, scope)
+    for name, found in types.outputs[id(select)].items():
+        types.learn(name, found)
 
 
 def _sources(select: exp.Select, types: _Types) -> dict[str, dict[str, exp.DataType]]:
@@ -204,19 +214,16 @@ def _sources(select: exp.Select, types: _Types) -> dict[str, dict[str, exp.DataT
     return found
 
 
-def _outer(select: exp.Select) -> exp.Select | None:
-    """The SELECT whose sources ``select``'s columns may also read (none for a
-    CTE's body, which sees only its own)."""
-    node = select.parent
-    while node is not None and not isinstance(node, exp.Select | exp.CTE):
+def _reads_scope(child: exp.Select, select: exp.Select) -> bool:
+    """Whether ``child`` (a SELECT directly in ``select``) may read ``select``'s
+    sources: not when it is one of them (a CTE's body, a FROM or JOIN subquery),
+    unless LATERAL."""
+    node: exp.Expression = child
+    while node.parent is not select:
+        if isinstance(node, exp.Lateral):
+            return True
         node = node.parent
-    return node if isinstance(node, exp.Select) else None
-
-
-def _rescoped(scope: Scope, select: exp.Select, types: _Types) -> Scope:
-    """``scope`` with its subqueries' sources typed (their SELECTs, inner, are
-    typed by now)."""
-    return Scope(_sources(select, types), scope.outer)
+    return node.arg_key not in ("with", "from", "from_", "joins")
 
 
 def _output_types(select: exp.Select, types: _Types, scope: Scope) -> dict[str, exp.DataType]:

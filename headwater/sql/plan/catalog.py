@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from headwater.model.watermarks import Punctuated, WatermarkStrategy
+from headwater.model.watermarks import WatermarkStrategy
 from headwater.sql.errors import SqlError
 
 #: Column of a replayed table's rows: their processing time (epoch ms).
@@ -178,7 +178,3 @@ def event_millis(column: pd.Series) -> np.ndarray:
         ms[values.isna().to_numpy()] = np.nan
         return ms
     return pd.to_numeric(column, errors="coerce").to_numpy(np.float64)
-
-
-def is_punctuated(table: Table) -> bool:
-    return isinstance(table.watermark, Punctuated)

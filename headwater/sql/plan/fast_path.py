@@ -235,10 +235,6 @@ def _outside_aggregates(node: exp.Expression, fn) -> exp.Expression:
     return node
 
 
-def _is_node(value) -> bool:
-    return isinstance(value, exp.Expression)
-
-
 def _keyed_by_columns(plan: QueryPlan) -> bool:
     """Whether the query's groups are the values of plain columns in the global
     window (an unwindowed ``GROUP BY k``), with no TTL to drop them: the model
