@@ -7,7 +7,8 @@ prints the ratio (DESIGN.md: performance claims are ratios): ``batch`` and
 SQL query, bounded and streaming) against the hand-written native Spark query,
 ``core`` (the local runner's column-wise reducer) against Beam's Python direct
 runner on the same timeline, ``general`` (the SQL general path, a step's groups
-by one DuckDB query) against one query per group, ``demo`` (the demo's small
+by one DuckDB query) against one query per group, ``keyed`` (an unwindowed
+keyed aggregate on the fast path) against the general path, ``demo`` (the demo's small
 micro-batches) against Spark's own windowed aggregate, phase by phase.
 """
 
