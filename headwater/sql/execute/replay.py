@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.json as pajson
 
 from headwater.model.watermarks import Punctuated
 from headwater.sql.errors import SqlError
@@ -50,10 +53,131 @@ def read_replay(
     types: Mapping[str, str] | None = None,
     allowed_lateness: int = 0,
     primary_key: Sequence[str] = (),
+    vectorized: bool = True,
 ) -> Table:
     """The table ``name`` replayed from ``path``; ``event_time`` names its event-time column;
     ``primary_key`` the columns its rows are versions of (a versioned stream, which a
-    temporal join ``FOR SYSTEM_TIME AS OF`` reads)."""
+    temporal join ``FOR SYSTEM_TIME AS OF`` reads). The file is read as a whole by
+    Arrow's JSON reader; a file it cannot take as is (a line that is not JSON, a
+    column of two JSON types, a nested value, a value not of its column's type...)
+    is read line by line, which names the line at fault (``vectorized=False``: always)."""
+    read = read_columns(path, event_time, types or {}) if vectorized else None
+    if read is None:
+        read = _read_lines(path, name, event_time, types or {})
+    frame = read.frame
+    frame[PTIME] = read.ptimes
+    watermarks = pd.DataFrame(read.marks, columns=["ptime", "watermark"]).astype(np.int64)
+    return Table(
+        name=name,
+        frame=frame,
+        event_time=event_time,
+        watermark=Punctuated() if len(watermarks) else None,
+        allowed_lateness=allowed_lateness,
+        watermarks=watermarks,
+        types=dict(types or {}),
+        rejects=read.rejects,
+        primary_key=tuple(primary_key),
+    )
+
+
+@dataclass(frozen=True)
+class ReplayRead:
+    """A replay file read: its rows, their ptimes (ms), the watermarks (ptime,
+    watermark, ms) and the rejected lines (:func:`~headwater.sql.execute.files.rejects`)."""
+
+    frame: pd.DataFrame
+    ptimes: np.ndarray
+    marks: list[tuple[int, int]]
+    rejects: pd.DataFrame | None = None
+
+
+#: The JSON values the columnar read takes as the line reader would (others: nested
+#: objects and lists, a column of nulls only, are read line by line).
+_FLAT = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_boolean)
+
+
+def read_columns(path, event_time: str, types: Mapping[str, str]) -> ReplayRead | None:
+    """The replay at ``path`` read by Arrow in one pass, or None where only the
+    line reader gives the same rows (or names the line at fault)."""
+    try:
+        table = pajson.read_json(path)
+    except (pa.ArrowInvalid, OSError):
+        return None
+    names = table.column_names
+    if (
+        "ptime" not in names
+        or "row" not in names
+        or not set(names) <= {"ptime", "row", "watermark"}
+    ):
+        return None
+    if pa.types.is_struct(kind := table.schema.field("row").type) and any(
+        pa.types.is_timestamp(f.type) for f in kind
+    ):  # ISO text Arrow took for times: read again as the text it is
+        table = _as_text(path, table.schema)
+        if table is None:
+            return None
+    row = table.column("row").combine_chunks()
+    if not pa.types.is_struct(row.type) or row.type.num_fields == 0:
+        return None
+    if not all(any(ok(f.type) for ok in _FLAT) for f in row.type):
+        return None
+    has_row = np.asarray(row.is_valid())
+    mark = table.column("watermark") if "watermark" in names else None
+    has_mark = np.zeros(len(row), bool) if mark is None else np.asarray(mark.is_valid())
+    ptime = _millis(table.column("ptime"))
+    if ptime is None or not np.array_equal(has_row, ~has_mark) or (np.diff(ptime) < 0).any():
+        return None
+    marked = _millis(mark.filter(pa.array(has_mark))) if mark is not None else np.array([])
+    if marked is None:
+        return None
+    fields = (row if has_row.all() else row.filter(pa.array(has_row))).flatten()
+    frame = pd.DataFrame({f.name: a.to_pandas() for f, a in zip(row.type, fields, strict=True)})
+    fractions = frame.select_dtypes("floating").to_numpy(np.float64)
+    if (np.abs(fractions) >= 2.0**63).any():  # an integer beyond 64 bits, made a double
+        return None
+    if event_time not in frame.columns:
+        return None
+    frame, wrong = _typed(frame, event_time, types)
+    if (wrong != "").any():
+        return None
+    marks = list(zip(ptime[has_mark].tolist(), marked.tolist(), strict=True))
+    return ReplayRead(frame, ptime[has_row], marks)
+
+
+def _as_text(path, schema: pa.Schema) -> pa.Table | None:
+    """The replay read again with its rows' timestamp columns as text."""
+    row = schema.field("row").type
+    fields = [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in row]
+    explicit = schema.set(schema.get_field_index("row"), pa.field("row", pa.struct(fields)))
+    try:
+        return pajson.read_json(path, parse_options=pajson.ParseOptions(explicit_schema=explicit))
+    except (pa.ArrowInvalid, OSError):
+        return None
+
+
+def _millis(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """Epoch ms of a column of times as :func:`millis` reads each (numbers as ms,
+    ISO text naive = UTC), or None where a value is not one."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        values = column.to_numpy()
+        return None if np.isnan(values).any() else values.astype(np.int64)
+    if pa.types.is_timestamp(kind):
+        stamps = column.cast(pa.timestamp("ms", tz=kind.tz)).cast(pa.int64())
+        return None if stamps.null_count else stamps.to_numpy()
+    if not pa.types.is_string(kind) or column.null_count:
+        return None
+    try:
+        stamps = pd.to_datetime(pd.Series(column.to_pandas()), utc=True, format="ISO8601")
+    except (TypeError, ValueError):
+        return None
+    if stamps.isna().any():
+        return None
+    return stamps.dt.tz_localize(None).to_numpy("datetime64[ms]").astype(np.int64)
+
+
+def _read_lines(path, name: str, event_time: str, types: Mapping[str, str]) -> ReplayRead:
+    """The replay read line by line (each line's faults named by its number)."""
     rows: list[dict] = []
     lines: list[tuple[int, str]] = []
     ptimes: list[int] = []
@@ -74,31 +198,19 @@ def read_replay(
                 ptimes.append(ptime)
             else:
                 marks.append((ptime, mark))
-    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=list(types or {}))
+    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=list(types))
     if event_time not in frame.columns:
         raise ReplayError(
             f"{path}: no column {event_time!r} in its rows",
             hint=f"Its columns are {sorted(frame.columns)}; name the event time with "
             f"--event-time {name}.COLUMN",
         )
-    frame, wrong = _typed(frame, event_time, types or {})
+    frame, wrong = _typed(frame, event_time, types)
     keep = wrong == ""
     frame = frame[keep].reset_index(drop=True)
-    frame[PTIME] = np.asarray(ptimes, dtype=np.int64)[keep]
     dropped = [lines[j] for j in np.flatnonzero(~keep)]
     found = rejects(str(path), [n for n, _ in dropped], [t for _, t in dropped], wrong[~keep])
-    watermarks = pd.DataFrame(marks, columns=["ptime", "watermark"]).astype(np.int64)
-    return Table(
-        name=name,
-        frame=frame,
-        event_time=event_time,
-        watermark=Punctuated() if len(watermarks) else None,
-        allowed_lateness=allowed_lateness,
-        watermarks=watermarks,
-        types=dict(types or {}),
-        rejects=found,
-        primary_key=tuple(primary_key),
-    )
+    return ReplayRead(frame, np.asarray(ptimes, dtype=np.int64)[keep], marks, found)
 
 
 def _parse_line(line: str, where: str) -> tuple[int, dict | None, int | None]:
