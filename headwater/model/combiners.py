@@ -54,6 +54,23 @@ def object_array(items) -> np.ndarray:
     return out
 
 
+def _empty_lists(n: int) -> np.ndarray:
+    """``n`` new empty lists, as an object array."""
+    return np.fromiter(([] for _ in range(n)), dtype=object, count=n)
+
+
+#: a copy of each list of an object array, in one C loop
+_copied = np.frompyfunc(list, 1, 1)
+
+
+def _runs(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stable order that sorts ``groups``, each run's group and where it starts."""
+    order = np.argsort(groups, kind="stable")
+    ordered = groups[order]
+    cuts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    return order, ordered[cuts], cuts
+
+
 def _non_null(values, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Drop null inputs (None, NaN), as SQL aggregates do."""
     values = np.asarray(values)
@@ -459,25 +476,49 @@ class ToList(CombineFn):
         return HT.list_of(input_type)
 
     def create(self, n):
-        return {"values": object_array([] for _ in range(n))}
+        return {"values": _empty_lists(n)}
 
     def add(self, values, groups, n):
-        out = self.create(n)["values"]
-        if len(groups):
-            order = np.argsort(groups, kind="stable")
-            sorted_groups = groups[order]
-            sorted_values = np.asarray(values, dtype=object)[order]
-            cuts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
-            for g, chunk in zip(
-                sorted_groups[cuts], np.split(sorted_values, cuts[1:]), strict=True
-            ):
-                out[g] = list(chunk)
+        """Each group's values as one list: slices of one list in sorted order, no
+        per-value Python."""
+        groups = np.asarray(groups)
+        if not len(groups):
+            return self.create(n)
+        order, owners, cuts = _runs(groups)
+        flat = np.asarray(values, dtype=object)[order].tolist()
+        bounds = np.r_[cuts, len(flat)].tolist()
+        chunks = np.fromiter(
+            (flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)),
+            dtype=object,
+            count=len(cuts),
+        )
+        if len(owners) == n:  # every group has values: owners are 0..n-1
+            return {"values": chunks}
+        out = _empty_lists(n)
+        out[owners] = chunks
         return {"values": out}
 
     def merge(self, acc, groups, n):
-        out = self.create(n)["values"]
-        for g, lst in zip(groups, acc["values"], strict=True):
-            out[g] = out[g] + lst
+        """Each group's lists concatenated in order: one element-wise list ``+`` per
+        rank of a list within its group (two for the reducer's current + new)."""
+        groups = np.asarray(groups)
+        out = _empty_lists(n)
+        if not len(groups):
+            return {"values": out}
+        order, _, cuts = _runs(groups)
+        sizes = np.diff(np.r_[cuts, len(groups)])
+        rank = np.arange(len(groups)) - np.repeat(cuts, sizes)
+        lists = acc["values"]
+        if not isinstance(lists, np.ndarray):  # a list of equal lists is no 2-d array
+            lists = object_array(lists)
+        owner, lists = groups[order], lists[order]
+        first = rank == 0
+        out[owner[first]] = lists[first]
+        for r in range(1, int(rank.max()) + 1):
+            at = rank == r
+            out[owner[at]] = out[owner[at]] + lists[at]
+        single = owner[first][sizes == 1]  # still the input's lists: copies, as ever
+        out[single] = _copied(out[single])
         return {"values": out}
 
     def extract(self, acc):

@@ -166,6 +166,37 @@ def test_tolist_and_topk(seed):
             assert list(low[i]) == sorted(buckets[i])[:k]
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tolist_add_and_merge_keep_the_order_of_a_loop_per_value(seed):
+    """ToList's vectorized add and merge against appending value by value: the
+    same lists, in arrival order, each a new list (no shared state)."""
+    rng = np.random.default_rng(seed)
+    n = 9
+    values = rng.integers(0, 100, 60).astype(object)
+    groups = rng.integers(0, n - 2, 60)  # two groups never get a value
+    want = [[] for _ in range(n)]
+    for v, g in zip(values, groups, strict=True):
+        want[g].append(v)
+    added = ToList().add(values, groups, n)["values"]
+    assert [list(v) for v in added] == want
+    current = ToList().add(values[:30], groups[:30], n)["values"]
+    fresh = ToList().add(values[30:], groups[30:], n)["values"]
+    pos = np.r_[np.arange(n), np.arange(n)]
+    merged = ToList().merge({"values": np.r_[current, fresh]}, pos, n)["values"]
+    assert [list(v) for v in merged] == want
+    assert not {id(v) for v in merged} & {id(v) for v in (*current, *fresh)}
+    alone = ToList().merge({"values": current}, np.arange(n), n)["values"]
+    assert [list(v) for v in alone] == [list(v) for v in current]
+    assert not {id(v) for v in alone} & {id(v) for v in current}
+    shuffled = rng.permutation(2 * n)
+    lists = list(np.r_[current, fresh][shuffled])  # a plain list of lists, as TopK gives
+    merged = ToList().merge({"values": lists}, pos[shuffled], n)["values"]
+    order = [[] for _ in range(n)]
+    for g, lst in zip(pos[shuffled], lists, strict=True):
+        order[g] = order[g] + lst
+    assert [list(v) for v in merged] == order
+
+
 def test_tolist_keeps_lists_as_values():
     values = np.empty(3, dtype=object)
     values[0], values[1], values[2] = [1, 2], [3], []

@@ -30,15 +30,137 @@ def _numbered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out
 
 
+def group_hashes(frame: pd.DataFrame) -> np.ndarray:
+    """A 64-bit hash of each row's group (``GROUP_COLUMNS``): equal groups, equal
+    hashes, so a membership test need compare only the rows whose hash matches."""
+    group = pd.DataFrame(
+        {
+            "k": frame["__gk"].to_numpy(object),
+            "s": frame["__gs"].to_numpy(np.int64),
+            "e": frame["__ge"].to_numpy(np.int64),
+        }
+    )
+    return pd.util.hash_pandas_object(group, index=False).to_numpy(np.uint64)
+
+
+def _same_groups(a: pd.DataFrame, ia: np.ndarray, b: pd.DataFrame, ib: np.ndarray) -> np.ndarray:
+    """Whether row ``ia[i]`` of ``a`` and row ``ib[i]`` of ``b`` name one group."""
+    out = np.ones(len(ia), dtype=bool)
+    for c in GROUP_COLUMNS:
+        out &= np.asarray(a[c].to_numpy()[ia] == b[c].to_numpy()[ib], dtype=bool)
+    return out
+
+
+def _hashed_member(hashes: np.ndarray, frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
+    """:func:`member_of` of ``frame``'s groups (``hashes``: theirs) in ``keys``: each
+    row whose hash a key has is compared with that key; a hash two groups share
+    falls back to the exact test on those rows."""
+    hit = np.zeros(len(frame), dtype=bool)
+    if not len(frame) or not len(keys):
+        return hit
+    unique, first = np.unique(group_hashes(keys), return_index=True)
+    pos = np.minimum(np.searchsorted(unique, hashes), len(unique) - 1)
+    maybe = unique[pos] == hashes
+    candidates = np.flatnonzero(maybe)
+    if _same_groups(frame, candidates, keys, first[pos[candidates]]).all():
+        hit[candidates] = True
+    else:
+        hit[maybe] = member_of(frame[maybe], keys)
+    return hit
+
+
+def _sorted_change(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
+    """``old``'s rows withdrawn, then ``new``'s added, each sorted by ``keys`` (nulls
+    last) as the outer merge of the two sorts them; None when their types differ
+    or their values do not sort (the merge decides then)."""
+    if not (old[keys].dtypes == new[keys].dtypes).all():
+        return None
+    parts = []
+    try:
+        for frame, undo in ((old, True), (new, False)):
+            if len(frame):
+                ordered = frame.sort_values(keys, na_position="last", kind="stable")
+                parts.append(ordered.assign(undo=undo))
+    except TypeError:
+        return None
+    return pd.concat(parts, ignore_index=True)
+
+
+def _occurrence(hashes: np.ndarray) -> np.ndarray:
+    """Each row's occurrence number among the rows of its hash (``cumcount``)."""
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    at = np.arange(len(hashes))
+    first = np.maximum.accumulate(np.where(np.r_[True, ordered[1:] != ordered[:-1]], at, 0))
+    out = np.empty(len(hashes), dtype=np.int64)
+    out[order] = at - first
+    return out
+
+
+def _canonical(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with one bit pattern per float value (-0.0 as 0.0, one NaN), so that
+    values the merge takes as equal hash equally."""
+    floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
+    if not floats:
+        return frame
+    out = frame.copy()
+    for c in floats:
+        v = out[c].to_numpy()
+        out[c] = np.where(np.isnan(v), np.nan, v + 0.0)
+    return out
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether the values of ``a`` equal those of ``b`` (nulls equal), element-wise."""
+    eq = np.asarray(a == b, dtype=bool)
+    return eq | (pd.isna(a) & pd.isna(b))
+
+
+def row_difference(
+    old: pd.DataFrame, new: pd.DataFrame, keys: list[str]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of ``old`` not in ``new`` and of ``new`` not in ``old`` (multisets:
+    the k-th of equal rows pairs with the k-th), as two boolean masks, by one hash
+    per row. ``None`` when the hashes cannot decide (unhashable values, or two
+    different rows with one hash): the caller then compares by value."""
+    if not len(old) or not len(new):
+        return np.ones(len(old), dtype=bool), np.ones(len(new), dtype=bool)
+    both = pd.concat([old[keys], new[keys]], ignore_index=True)  # one dtype per column
+    try:
+        hashes = pd.util.hash_pandas_object(_canonical(both), index=False).to_numpy(np.uint64)
+    except TypeError:
+        return None
+    n = len(old)
+    seq = np.r_[_occurrence(hashes[:n]), _occurrence(hashes[n:])]
+    new_index = pd.MultiIndex.from_arrays([hashes[n:], seq[n:]])
+    at = new_index.get_indexer(pd.MultiIndex.from_arrays([hashes[:n], seq[:n]]))
+    matched = at >= 0
+    i, j = np.flatnonzero(matched), n + at[matched]
+    try:
+        for c in keys:
+            values = both[c].to_numpy()
+            if not _same(values[i], values[j]).all():
+                return None
+    except (TypeError, ValueError):
+        return None
+    kept = np.zeros(len(new), dtype=bool)
+    kept[at[matched]] = True
+    return ~matched, ~kept
+
+
 class Materializer:
-    """The last materialized rows of every group, and the changelog of each firing."""
+    """The last materialized rows of every group, and the changelog of each firing.
+
+    Each row of :attr:`last` and :attr:`versions` keeps its group's hash
+    (:func:`group_hashes`), so that a step's work follows the groups that fired,
+    not every group kept."""
 
     def __init__(self, columns: list[str]) -> None:
         self.columns = list(columns)
         self._keys = [*GROUP_COLUMNS, *self.columns]
-        #: the last materialized rows of every group (typed by the first results)
-        self.last: pd.DataFrame | None = None
-        self.versions = pd.DataFrame(
+        self._last: pd.DataFrame | None = None
+        self._last_hash: np.ndarray | None = None
+        self._versions = pd.DataFrame(
             {
                 "__gk": pd.Series(dtype=object),
                 "__gs": pd.Series(dtype=np.int64),
@@ -46,36 +168,87 @@ class Materializer:
                 "ver": pd.Series(dtype=np.int64),
             }
         )
+        self._versions_hash: np.ndarray | None = None
+
+    @property
+    def last(self) -> pd.DataFrame | None:
+        """The last materialized rows of every group (typed by the first results)."""
+        return self._last
+
+    @last.setter
+    def last(self, frame: pd.DataFrame | None) -> None:
+        self._last, self._last_hash = frame, None
+
+    @property
+    def versions(self) -> pd.DataFrame:
+        """The next ``ver`` of every group that has changed (``GROUP_COLUMNS`` + ver)."""
+        return self._versions
+
+    @versions.setter
+    def versions(self, frame: pd.DataFrame) -> None:
+        self._versions, self._versions_hash = frame, None
+
+    def _hashes_of_last(self) -> np.ndarray:
+        if self._last_hash is None:
+            self._last_hash = group_hashes(self._last)
+        return self._last_hash
+
+    def _hashes_of_versions(self) -> np.ndarray:
+        if self._versions_hash is None:
+            self._versions_hash = group_hashes(self._versions)
+        return self._versions_hash
 
     def apply(self, fired: pd.DataFrame, results: pd.DataFrame, ptime: int) -> pd.DataFrame:
         """The changelog rows of one firing.
 
         ``fired``: the groups that fired (``GROUP_COLUMNS``); ``results``: their
         recomputed rows (``GROUP_COLUMNS`` + the query's columns). Vectorized:
-        one multiset difference over all fired groups.
+        one multiset difference over all fired groups, by row hashes.
         """
         if not len(fired):
             return self._empty()
         group = list(GROUP_COLUMNS)
         fired = fired[group].drop_duplicates()
         new = results[self._keys]
-        last = new.iloc[:0] if self.last is None else self.last
-        is_fired = member_of(last[group], fired)
+        if self._last is None:
+            last, last_hash = new.iloc[:0], np.zeros(0, dtype=np.uint64)
+        else:
+            last, last_hash = self._last, self._hashes_of_last()
+        is_fired = _hashed_member(last_hash, last, fired)
         old = last[is_fired]
+        change = self._change(old, new)
+        kept = ~is_fired
+        new_hash = group_hashes(new)
+        if kept.any():
+            self._last = pd.concat([last[kept], new], ignore_index=True)
+            self._last_hash = np.r_[last_hash[kept], new_hash]
+        else:
+            self._last, self._last_hash = new.copy(), new_hash
+        if not len(change):
+            return self._empty()
+        change["ptime"] = ptime
+        return self._versioned(change)
+
+    def _change(self, old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+        """The withdrawn rows of ``old`` and the added rows of ``new`` (``undo``), in
+        the order of the merge that compares them by value. The rows both have are
+        set aside by their hashes first: the merge sees only the rows that change."""
+        gone = row_difference(old, new, self._keys)
+        if gone is not None:
+            if not (gone[0].any() or gone[1].any()):
+                return pd.DataFrame(columns=[*self._keys, "undo"])
+            old, new = old[gone[0]], new[gone[1]]
+            ordered = _sorted_change(old, new, self._keys)
+            if ordered is not None:
+                return ordered
         both = _numbered(old, self._keys).merge(
             _numbered(new, self._keys), how="outer", on=[*self._keys, _SEQ], indicator=True
         )
         undo = both[both["_merge"] == "left_only"]
         added = both[both["_merge"] == "right_only"]
-        change = pd.concat(
+        return pd.concat(
             [undo.assign(undo=True), added.assign(undo=False)], ignore_index=True
         ).drop(columns=["_merge", _SEQ])
-        kept = last[~is_fired]
-        self.last = pd.concat([kept, new], ignore_index=True) if len(kept) else new.copy()
-        if not len(change):
-            return self._empty()
-        change["ptime"] = ptime
-        return self._versioned(change)
 
     def appended(self, added: pd.DataFrame) -> pd.DataFrame:
         """The changelog of firings that only add rows, many steps at once: ``added``
@@ -93,10 +266,24 @@ class Materializer:
     def expire(self, horizon: int) -> None:
         """Forget the groups whose windows end at or before ``horizon``: the model
         has collected them, so they never fire again."""
-        if self.last is not None and len(self.last):
-            self.last = self.last[self.last["__ge"].to_numpy(np.int64) > horizon]
-        if len(self.versions):
-            self.versions = self.versions[self.versions["__ge"].to_numpy(np.int64) > horizon]
+        if self._last is not None and len(self._last):
+            self._keep_last(self._last["__ge"].to_numpy(np.int64) > horizon)
+        if len(self._versions):
+            self._keep_versions(self._versions["__ge"].to_numpy(np.int64) > horizon)
+
+    def _keep_last(self, live: np.ndarray) -> None:
+        """Keep the rows of :attr:`last` where ``live`` (and their hashes)."""
+        if not live.all():
+            self._last = self._last[live]
+            if self._last_hash is not None:
+                self._last_hash = self._last_hash[live]
+
+    def _keep_versions(self, live: np.ndarray) -> None:
+        """Keep the rows of :attr:`versions` where ``live`` (and their hashes)."""
+        if not live.all():
+            self._versions = self._versions[live]
+            if self._versions_hash is not None:
+                self._versions_hash = self._versions_hash[live]
 
     def forget(self, keys: np.ndarray, ptime: int) -> pd.DataFrame:
         """Withdraw the rows of the groups of ``keys`` at ``ptime`` and forget them
@@ -107,27 +294,76 @@ class Materializer:
             return self._empty()
         gone = self.last["__gk"].isin(keys).to_numpy(bool)
         change = self.last[gone].assign(undo=True, ptime=ptime)
-        self.last = self.last[~gone]
+        self._keep_last(~gone)
         return self._versioned(change) if len(change) else self._empty()
 
     def forget_versions(self, keys: np.ndarray) -> None:
         """Forget the version counters of the groups of ``keys``: a later row of such
         a key starts a fresh group, numbered from 0 again."""
         if len(keys):
-            self.versions = self.versions[~self.versions["__gk"].isin(keys).to_numpy(bool)]
+            self._keep_versions(~self._versions["__gk"].isin(keys).to_numpy(bool))
 
     def _versioned(self, change: pd.DataFrame) -> pd.DataFrame:
         """Number the rows per group, continuing from the group's previous changes."""
-        group = list(GROUP_COLUMNS)
         change = in_order(change)
-        known = member_of(self.versions[group], change[group])
-        base = change[group].merge(self.versions[known], how="left", on=group)["ver"]
+        numbers = self._numbers(change)
+        if numbers is None:
+            return self._versioned_by_merge(change)
+        change["ver"] = numbers
+        return change[[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS]]
+
+    def _numbers(self, change: pd.DataFrame) -> np.ndarray | None:
+        """The ``ver`` of each row of ``change`` (in order), by one pass over the
+        group hashes, and the groups' next versions; None when two groups share
+        a hash (:meth:`_versioned_by_merge` numbers them then)."""
+        hashes = group_hashes(change)
+        unique, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        if not _same_groups(change, np.arange(len(change)), change, first[inverse]).all():
+            return None
+        versions, known_hashes = self._versions, self._hashes_of_versions()
+        known = pd.Index(known_hashes)
+        if not known.is_unique:
+            return None
+        at = known.get_indexer(unique)
+        found = at >= 0
+        if not _same_groups(versions, at[found], change, first[found]).all():
+            return None
+        ver = versions["ver"].to_numpy(np.int64)
+        base = np.zeros(len(unique), dtype=np.int64)
+        base[found] = ver[at[found]]
+        following = base + np.bincount(inverse, minlength=len(unique))
+        ver = ver.copy()
+        ver[at[found]] = following[found]
+        rows = first[~found]
+        fresh = pd.DataFrame(
+            {
+                "__gk": change["__gk"].to_numpy(object)[rows],
+                "__gs": change["__gs"].to_numpy(np.int64)[rows],
+                "__ge": change["__ge"].to_numpy(np.int64)[rows],
+                "ver": following[~found],
+            }
+        )
+        updated = versions.assign(ver=ver)
+        self._versions = pd.concat([updated, fresh], ignore_index=True) if len(updated) else fresh
+        self._versions_hash = np.r_[known_hashes, unique[~found]]
+        return base[inverse] + _occurrence(hashes)
+
+    def _versioned_by_merge(self, change: pd.DataFrame) -> pd.DataFrame:
+        """:meth:`_versioned` by merges (groups whose hashes collide)."""
+        group = list(GROUP_COLUMNS)
+        versions, hashes = self._versions, self._hashes_of_versions()
+        known = _hashed_member(hashes, versions, change[group])
+        base = change[group].merge(versions[known], how="left", on=group)["ver"]
         offset = base.to_numpy(np.float64, na_value=0).astype(np.int64)
         change["ver"] = offset + change.groupby(group, sort=False, dropna=False).cumcount()
         counts = change.groupby(group, sort=False, dropna=False)["ver"].max().reset_index()
         counts["ver"] += 1
-        rest = self.versions[~known]  # counts' groups are change's
-        self.versions = pd.concat([rest, counts], ignore_index=True) if len(rest) else counts
+        rest = ~known  # counts' groups are change's
+        if rest.any():
+            self._versions = pd.concat([versions[rest], counts], ignore_index=True)
+            self._versions_hash = np.r_[hashes[rest], group_hashes(counts)]
+        else:
+            self._versions, self._versions_hash = counts, group_hashes(counts)
         return change[[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS]]
 
     def _empty(self) -> pd.DataFrame:
