@@ -258,6 +258,9 @@ class Materializer:
         :meth:`apply` orders them step by step (equal rows by the merge's sort)."""
         if not len(added):
             return self._empty()
+        ordered = _sorted_change(added.iloc[:0], added, self._keys)
+        if ordered is not None:
+            return self._versioned(ordered)
         new = _numbered(added, self._keys)
         on = [*self._keys, _SEQ]
         both = new[on].iloc[:0].merge(new, how="outer", on=on)
