@@ -227,27 +227,24 @@ def _rows(F, spark, live, query: StatelessQuery):
     )
 
 
-def _changes(F, spark, live, query: StatelessQuery, versions: Versions, ranked: bool = True):
-    """:func:`_rows` with ``ver``: the count the earlier batches left at the row's
-    event time, plus (``ranked``) the row's rank among the batch's rows of that
-    instant in the order of the result columns (nulls last), by a Spark window: a
-    shuffle of every row. Without ``ranked`` (no instant has two rows) no shuffle."""
+def _changes(F, spark, live, query: StatelessQuery, versions: Versions):
+    """:func:`_rows` with ``ver`` numbered by a Spark window (a shuffle): for the
+    queries whose columns Arrow cannot order as Spark does (:func:`ranks_on_driver`)."""
     from pyspark.sql import Window
 
     out = _rows(F, spark, live, query)
-    ver = F.lit(0)
-    if ranked:
-        order = [F.col(f"`{c}`").asc_nulls_last() for c in query.columns]
-        ver = F.row_number().over(Window.partitionBy(EVENT_TIME).orderBy(*order)) - F.lit(1)
+    order = [F.col(f"`{c}`").asc_nulls_last() for c in query.columns]
+    rank = F.row_number().over(Window.partitionBy(EVENT_TIME).orderBy(*order)) - F.lit(1)
     if versions.counts:
         counts = versions.counts  # from Arrow: a local relation, no Python worker decodes it
         prior = pa.table(
             {EVENT_TIME: pa.array(list(counts), pa.int64()), "__hw_n": list(counts.values())}
         )
-        out = out.join(F.broadcast(spark.createDataFrame(prior)), EVENT_TIME, "left")
-        ver = ver + F.coalesce(F.col("__hw_n"), F.lit(0))
+        prior = spark.createDataFrame(prior)
+        out = out.join(F.broadcast(prior), EVENT_TIME, "left")
+        rank = rank + F.coalesce(F.col("__hw_n"), F.lit(0))
     return out.select(
-        *[F.col(f"`{c}`") for c in query.columns], F.col(EVENT_TIME), ver.cast("long").alias("ver")
+        *[F.col(f"`{c}`") for c in query.columns], F.col(EVENT_TIME), rank.cast("long").alias("ver")
     )
 
 
@@ -427,38 +424,29 @@ class EachBatch:
     def _discarded(
         self, live, versions: Versions, ptime: int, horizon: int, batch_id: int
     ) -> tuple[dict[int, int], int]:
-        """The batch's changes handed uncollected to a sink that discards them (a
-        blackhole: it runs them in one job), first with ``ver`` the count kept before
-        each change's instant: no shuffle. The same job observes whether two changes
-        share an instant (rare with ms event times); if so, the batch is given again
-        under its id with ``ver`` ranked by Spark's window (a discarding sink replaces
-        what a batch id was given, as when Spark runs a batch twice). Returns the
-        changes per event time of the instants a later row may still join and their
-        horizon (:func:`kept_from`), observed in the first job."""
+        """The batch's changes, ``ver`` numbered by Spark's window, handed uncollected
+        to a sink that discards them (a blackhole: it runs them in one job); the
+        changes per event time of the instants a later row may still join, and the
+        horizon they are kept for (:func:`kept_from`), observed in that same job."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        query, spark = self.query, live.sparkSession
+        query = self.query
+        changes = _changes(F, live.sparkSession, live, query, versions)
+        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
         et, latest = F.col(EVENT_TIME), F.max(EVENT_TIME)
         # kept_from in Spark: the list holds only the instants kept, not every one
         floor = F.when(
             latest - F.lit(query.delay) > 0, F.greatest(F.lit(horizon), latest - F.lit(query.delay))
         ).otherwise(F.lit(horizon))
-        times = F.collect_list(et)
-        recent = F.filter(times, lambda t: t + F.lit(1 + query.lateness) > floor)
-        tied = F.count(F.lit(1)) > F.size(F.array_distinct(times))  # in the JVM: no list moves
+        recent = F.filter(F.collect_list(et), lambda t: t + F.lit(1 + query.lateness) > floor)
         observation = Observation()
-        out = changelog(F, _changes(F, spark, live, query, versions, False), query, ptime, et)
-        out = out.observe(observation, recent.alias("t"), latest.alias("l"), tied.alias("tied"))
+        out = out.observe(observation, recent.alias("t"), latest.alias("latest"))
         self.sink(out.drop(EVENT_TIME), batch_id)
         metrics = observation.get
-        if metrics.get("tied"):
-            self.sink(
-                changelog(F, _changes(F, spark, live, query, versions), query, ptime), batch_id
-            )
         times, n = np.unique(np.asarray(metrics.get("t") or [], np.int64), return_counts=True)
         counts = dict(zip(times.tolist(), n.tolist(), strict=True))
-        return counts, kept_from(horizon, metrics.get("l"), query.delay)
+        return counts, kept_from(horizon, metrics.get("latest"), query.delay)
 
 
 def start(
