@@ -335,3 +335,36 @@ def test_a_relation_sink_takes_the_batch_as_arrow(spark, tmp_path):
     read["bidtime"] = pd.to_datetime(read["bidtime"]).dt.tz_localize(None)
     expected = expected.assign(bidtime=pd.to_datetime(expected["bidtime"]).dt.tz_localize(None))
     assert rows(read) == rows(expected)
+
+
+class _Discarding:
+    """A sink that discards (``discards``: the stateless path hands it its changes
+    uncollected, as to a blackhole), here recording what each batch id was given
+    last."""
+
+    discards = True
+
+    def __init__(self) -> None:
+        self.batches: dict[int, pd.DataFrame] = {}
+
+    def __call__(self, df, batch_id: int) -> None:
+        self.batches[batch_id] = df.toPandas().assign(batch=batch_id)
+
+
+@pytest.mark.spark
+def test_a_discarding_sink_gets_the_windows_versions(spark, tmp_path):
+    """A discarding sink's batches (``ver`` numbered by Spark's window, uncollected)
+    equal the collected path's changelog (``ver`` numbered on the driver): ties of
+    08:07 in batch 0, its count carried into batch 1."""
+    data = _write(tmp_path / "bids", FILES)
+    hole = _Discarding()
+    query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
+    query.start(
+        checkpoint_location=str(tmp_path / "hole"), sink=hole, trigger={"availableNow": True}
+    ).awaitTermination()
+    collected, _ = _run(spark, data, tmp_path / "collected")
+    assert _log(list(hole.batches.values()), tmp_path / "hole") == _log(
+        collected, tmp_path / "collected"
+    )
+    log = pd.concat(hole.batches.values(), ignore_index=True)
+    assert sorted(log[log["item"].isin(["a", "b"])]["ver"]) == [0, 1, 2]
