@@ -70,20 +70,38 @@ def _hashed_member(hashes: np.ndarray, frame: pd.DataFrame, keys: pd.DataFrame) 
 
 
 def _sorted_change(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
-    """``old``'s rows withdrawn, then ``new``'s added, each sorted by ``keys`` (nulls
-    last) as the outer merge of the two sorts them; None when their types differ
-    or their values do not sort (the merge decides then)."""
+    """``old``'s rows withdrawn, then ``new``'s added, each in the order the outer
+    merge of the two gives the rows of one group (by ``keys``, nulls last); None
+    when their types differ or their values do not sort (the merge decides then)."""
     if not (old[keys].dtypes == new[keys].dtypes).all():
         return None
     parts = []
+    for frame, undo in ((old, True), (new, False)):
+        if len(frame):
+            ordered = value_ordered(frame, keys, list(GROUP_COLUMNS))
+            if ordered is None:
+                return None
+            parts.append(ordered.assign(undo=undo))
+    return pd.concat(parts, ignore_index=True)
+
+
+def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.DataFrame | None:
+    """``frame`` with the rows that share their ``ties`` columns in the order of
+    their ``keys`` (a stable sort, nulls last, as the merge sorts them), each in
+    the place of one of them; the other rows where they are. Only the order among
+    rows of one group shows in the changelog (:func:`in_order` sorts the groups),
+    so a step of one row per group sorts nothing. None when the values do not sort."""
+    frame = frame.reset_index(drop=True)
+    tied = np.flatnonzero(frame.duplicated(ties, keep=False).to_numpy())
+    if not len(tied):
+        return frame
     try:
-        for frame, undo in ((old, True), (new, False)):
-            if len(frame):
-                ordered = frame.sort_values(keys, na_position="last", kind="stable")
-                parts.append(ordered.assign(undo=undo))
+        order = frame.iloc[tied].sort_values(keys, na_position="last", kind="stable").index
     except TypeError:
         return None
-    return pd.concat(parts, ignore_index=True)
+    places = np.arange(len(frame))
+    places[tied] = order.to_numpy()
+    return frame.iloc[places].reset_index(drop=True)
 
 
 def _occurrence(hashes: np.ndarray) -> np.ndarray:
@@ -258,9 +276,9 @@ class Materializer:
         :meth:`apply` orders them step by step (equal rows by the merge's sort)."""
         if not len(added):
             return self._empty()
-        ordered = _sorted_change(added.iloc[:0], added, self._keys)
+        ordered = value_ordered(added, self._keys, ["ptime", *GROUP_COLUMNS])
         if ordered is not None:
-            return self._versioned(ordered)
+            return self._versioned(ordered.assign(undo=False))
         new = _numbered(added, self._keys)
         on = [*self._keys, _SEQ]
         both = new[on].iloc[:0].merge(new, how="outer", on=on)
