@@ -71,6 +71,22 @@ def _runs(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, ordered[cuts], cuts
 
 
+def _ranks(cuts: np.ndarray, size: int) -> np.ndarray:
+    """Each sorted element's rank within its run (runs starting at ``cuts``)."""
+    return np.arange(size) - np.repeat(cuts, np.diff(np.r_[cuts, size]))
+
+
+def occurrences(keys: np.ndarray) -> np.ndarray:
+    """Each element's occurrence number among the equal elements before it (as
+    pandas' ``cumcount``), by one stable sort."""
+    keys = np.asarray(keys)
+    out = np.empty(len(keys), dtype=np.int64)
+    if len(keys):
+        order, _, cuts = _runs(keys)
+        out[order] = _ranks(cuts, len(keys))
+    return out
+
+
 def _non_null(values, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Drop null inputs (None, NaN), as SQL aggregates do."""
     values = np.asarray(values)
@@ -507,7 +523,7 @@ class ToList(CombineFn):
             return {"values": out}
         order, _, cuts = _runs(groups)
         sizes = np.diff(np.r_[cuts, len(groups)])
-        rank = np.arange(len(groups)) - np.repeat(cuts, sizes)
+        rank = _ranks(cuts, len(groups))
         lists = acc["values"]
         if not isinstance(lists, np.ndarray):  # a list of equal lists is no 2-d array
             lists = object_array(lists)

@@ -470,3 +470,13 @@ def test_grouped_extremes_of_objects_equal_pandas(kind: str, how: str) -> None:
         expected = np.empty(n, dtype=object)
         expected[ref.index.to_numpy()] = ref.to_numpy()
         assert got.tolist() == expected.tolist()
+
+
+def test_occurrences_equal_pandas_cumcount() -> None:
+    from headwater.model.combiners import occurrences
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 5, 200).astype(np.uint64)
+    expected = pd.Series(keys).groupby(keys).cumcount().to_numpy()
+    assert occurrences(keys).tolist() == expected.tolist()
+    assert occurrences(np.array([], dtype=np.uint64)).tolist() == []

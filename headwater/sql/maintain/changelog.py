@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headwater.model.combiners import occurrences
+
 #: Columns of a changelog after the query's own columns.
 CHANGE_COLUMNS = ("undo", "ptime", "ver")
 #: Columns that name an event-time group (the model's key and window).
@@ -104,17 +106,6 @@ def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.D
     return frame.iloc[places].reset_index(drop=True)
 
 
-def _occurrence(hashes: np.ndarray) -> np.ndarray:
-    """Each row's occurrence number among the rows of its hash (``cumcount``)."""
-    order = np.argsort(hashes, kind="stable")
-    ordered = hashes[order]
-    at = np.arange(len(hashes))
-    first = np.maximum.accumulate(np.where(np.r_[True, ordered[1:] != ordered[:-1]], at, 0))
-    out = np.empty(len(hashes), dtype=np.int64)
-    out[order] = at - first
-    return out
-
-
 def _canonical(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with one bit pattern per float value (-0.0 as 0.0, one NaN), so that
     values the merge takes as equal hash equally."""
@@ -149,7 +140,7 @@ def row_difference(
     except TypeError:
         return None
     n = len(old)
-    seq = np.r_[_occurrence(hashes[:n]), _occurrence(hashes[n:])]
+    seq = np.r_[occurrences(hashes[:n]), occurrences(hashes[n:])]
     new_index = pd.MultiIndex.from_arrays([hashes[n:], seq[n:]])
     at = new_index.get_indexer(pd.MultiIndex.from_arrays([hashes[:n], seq[:n]]))
     matched = at >= 0
@@ -367,7 +358,7 @@ class Materializer:
         updated = versions.assign(ver=ver)
         self._versions = pd.concat([updated, fresh], ignore_index=True) if len(updated) else fresh
         self._versions_hash = np.r_[known_hashes, unique[~found]]
-        return base[inverse] + _occurrence(hashes)
+        return base[inverse] + occurrences(hashes)
 
     def _versioned_by_merge(self, change: pd.DataFrame) -> pd.DataFrame:
         """:meth:`_versioned` by merges (groups whose hashes collide)."""
