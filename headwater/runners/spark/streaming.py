@@ -357,18 +357,8 @@ def compile_streaming(
         message = str(null_event_time_error(plan.event_time))
         et_ms = F.when(et_ms.isNull(), F.raise_error(F.lit(message))).otherwise(et_ms)
 
-    # -- the user key: raw when it is one plain column, else JSON of a struct
     key_fields = [schema[k] for k in keys]
-    raw_key = len(keys) == 1 and isinstance(
-        key_fields[0].dataType, (T.StringType, T.IntegralType, T.BooleanType)
-    )
-    key_expr: Column
-    if raw_key:
-        key_expr = F.col(keys[0])
-        key_type: T.DataType = key_fields[0].dataType
-    else:
-        key_expr = F.to_json(F.struct(*[F.col(k) for k in keys]))
-        key_type = T.StringType()
+    raw_key, key_expr, key_type = _user_key(keys, key_fields)
 
     projected = [
         shard_column(keys, n_shards).alias(SHARD),
@@ -394,23 +384,7 @@ def compile_streaming(
         flat = _with_end_of_input(flat, end_of_input)
 
     # -- combiner lifting (never with a shard-derived watermark: it measures each row)
-    can_lift = lift in ("auto", True) and derived is None and not carried
-    lifted = lifting(plan.windowing, aggs, schema) if can_lift else None
-    if lift is True and carried:
-        raise PlanError(
-            "combiner lifting pre-aggregates rows, so a dead letter could not carry its row "
-            f"({', '.join(carried)})",
-            argument="lift",
-            fix="Pass lift='auto' (rows are carried, not lifted), or carry nothing",
-        )
-    if lift is True and lifted is None:
-        raise PlanError(
-            "combiner lifting needs Sum/Count/Min/Max/Mean aggregations of numeric columns, "
-            "Global/Fixed/Sliding windows, the end-of-window timestamp combiner, a "
-            "trigger without element counts and a watermark that is not per shard",
-            argument="lift",
-            fix="Pass lift='auto' to lift only where it is valid",
-        )
+    lifted = _lifted(lift, plan, schema, carried, derived)
     outputs: list[Output] = []
     if lifted is None:
         reducer_aggs = aggs
@@ -501,6 +475,46 @@ def compile_streaming(
         per_shard=derived is not None,
     )
     return out.drop(_NO_KEY) if not plan.keys else out
+
+
+def _user_key(keys: list[str], fields: list[T.StructField]) -> tuple[bool, Column, T.DataType]:
+    """The user key as the shards see it: raw when it is one plain column (whether
+    raw, the column, its type), else the JSON of a struct of the key columns."""
+    if len(keys) == 1 and isinstance(
+        fields[0].dataType, (T.StringType, T.IntegralType, T.BooleanType)
+    ):
+        return True, F.col(keys[0]), fields[0].dataType
+    return False, F.to_json(F.struct(*[F.col(k) for k in keys])), T.StringType()
+
+
+def _lifted(
+    lift: bool | str,
+    plan: WindowedAggregationPlan,
+    schema: T.StructType,
+    carried: list[str],
+    derived: Any,
+) -> Any:
+    """The combiner lifting of ``plan`` (None: rows go to the shards as they are);
+    never with a shard-derived watermark, which measures each row, nor with carried
+    rows; ``lift=True`` refuses where lifting is not valid."""
+    can_lift = lift in ("auto", True) and derived is None and not carried
+    lifted = lifting(plan.windowing, plan.core_aggregations, schema) if can_lift else None
+    if lift is True and carried:
+        raise PlanError(
+            "combiner lifting pre-aggregates rows, so a dead letter could not carry its row "
+            f"({', '.join(carried)})",
+            argument="lift",
+            fix="Pass lift='auto' (rows are carried, not lifted), or carry nothing",
+        )
+    if lift is True and lifted is None:
+        raise PlanError(
+            "combiner lifting needs Sum/Count/Min/Max/Mean aggregations of numeric columns, "
+            "Global/Fixed/Sliding windows, the end-of-window timestamp combiner, a "
+            "trigger without element counts and a watermark that is not per shard",
+            argument="lift",
+            fix="Pass lift='auto' to lift only where it is valid",
+        )
+    return lifted
 
 
 def _check_ttl(state_ttl: int | None, transform: PaneTransform | None, derived: Any) -> None:

@@ -68,15 +68,10 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     if not plan.is_stream:
         return "it reads no stream"
     keyed = _keyed_by_columns(plan)
-    if not plan.group_mode and not keyed:
-        return f"its groups are not windows or event times ({plan.key.describe()})"
-    if len(plan.streams) != 1 or plan.tables:
-        return "it reads more than one table"
-    if not isinstance(query, exp.Select):
-        return "it is not a single SELECT"
-    for arg in ("with_", "joins", "laterals", "distinct", "qualify", "windows", "pivots"):
-        if query.args.get(arg):
-            return f"it has {arg.rstrip('_').upper()}"
+    problem = _structure_problem(plan, query, keyed)
+    if problem:
+        return problem
+    assert isinstance(query, exp.Select)
     stream = plan.streams[0]
     source = query.args.get("from_")
     source = source.this if source is not None else None
@@ -87,12 +82,9 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
     group = query.args.get("group")
     if group is None or not group.expressions:
         return "it has no GROUP BY"
-    for node in query.find_all(exp.Subquery, exp.Exists, exp.Window, exp.Star):
-        if isinstance(node, exp.Star) and isinstance(node.parent, exp.Count):
-            continue
-        return f"it has {type(node).__name__.upper()}"
-    if any(s is not query for s in query.find_all(exp.Select)):
-        return "it has a subquery"
+    problem = _nested_problem(query)
+    if problem:
+        return problem
     columns = {c.lower(): c for c in stream.columns}
     windows: dict[str, str] = {}
     if tvf is not None:
@@ -142,6 +134,33 @@ def analyze_shape(plan: QueryPlan) -> Shape | str:
         items=tuple(query.expressions),
         having=bare(having) if having is not None else None,
     )
+
+
+def _structure_problem(plan: QueryPlan, query: exp.Expression, keyed: bool) -> str | None:
+    """Why ``query`` is not one SELECT over the groups of one stream (None: it is);
+    ``keyed``: its groups are the values of plain columns."""
+    if not plan.group_mode and not keyed:
+        return f"its groups are not windows or event times ({plan.key.describe()})"
+    if len(plan.streams) != 1 or plan.tables:
+        return "it reads more than one table"
+    if not isinstance(query, exp.Select):
+        return "it is not a single SELECT"
+    for arg in ("with_", "joins", "laterals", "distinct", "qualify", "windows", "pivots"):
+        if query.args.get(arg):
+            return f"it has {arg.rstrip('_').upper()}"
+    return None
+
+
+def _nested_problem(query: exp.Select) -> str | None:
+    """A subquery, window function or ``*`` (but ``COUNT(*)``) the combiners cannot
+    take (None: none)."""
+    for node in query.find_all(exp.Subquery, exp.Exists, exp.Window, exp.Star):
+        if isinstance(node, exp.Star) and isinstance(node.parent, exp.Count):
+            continue
+        return f"it has {type(node).__name__.upper()}"
+    if any(s is not query for s in query.find_all(exp.Select)):
+        return "it has a subquery"
+    return None
 
 
 def filters_as_cases(query: exp.Expression) -> exp.Expression:
