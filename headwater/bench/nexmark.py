@@ -156,14 +156,15 @@ def warm_up(args, work: Path, engines: list[str], names: list[str]) -> None:
     """Run the first query once on headwater and on Spark's own streaming, untimed,
     over ``--warmup-events`` events of their own: the JVM's JIT, the Python
     workers and the session's first plans are then paid by neither engine's
-    first timed query (Flink's JVM warms up on its own)."""
+    first timed query. Flink's runner warms up in its own JVM over the same
+    events (``warmup/data``, written with Flink's CSV too)."""
     if not args.warmup_events or not names:
         return
     small = argparse.Namespace(**{**vars(args), "events": min(args.warmup_events, args.events)})
     small.events_per_file = None
     warm = work / "warmup"
     warm.mkdir(exist_ok=True)
-    _, data = prepare(small, warm, [e for e in engines if e != "flink"])
+    _, data = prepare(small, warm, engines)
     if "headwater" in engines:
         run_headwater(names[0], small, data, warm, small.events)
     if "spark" in engines:
