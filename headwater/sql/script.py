@@ -81,6 +81,7 @@ def run_script(
     sink_columns: dict[str, list[str]] = {}
     sink_types: dict[str, dict[str, str]] = {}
     views: dict[str, exp.Query] = {}
+    declared: dict[str, SourceDef] = {}
     binding = {"runner": runner, "functions": known, "state_ttl": ttl, "fast_path": fast_path}
     for statement in parse(text):
         statement = with_views(statement, views)
@@ -97,8 +98,9 @@ def run_script(
                 sink_columns[d.name.lower()] = list(d.columns)
                 sink_types[d.name.lower()] = d.columns
             else:
-                tables[d.name] = _source(d, runner, options)
+                declared[d.name.lower()] = d
             continue
+        _read_sources(statement, declared, tables, runner, options)
         if isinstance(statement, exp.Insert):
             target = statement.this.name if isinstance(statement.this, exp.Table) else ""
             sink = sinks.get(target.lower())
@@ -154,6 +156,21 @@ def with_views(statement: exp.Expr, views: Mapping[str, exp.Query]) -> exp.Expr:
         return exp.Subquery(this=views[node.name.lower()].copy(), alias=alias.copy())
 
     return statement.transform(expand)
+
+
+def _read_sources(
+    statement: exp.Expr,
+    declared: dict[str, SourceDef],
+    tables: dict[str, Any],
+    runner: str,
+    options: dict,
+) -> None:
+    """Read the declared sources ``statement`` reads that are not read yet, into
+    ``tables``: a script reads (and plans over) only the tables its queries read, as
+    a Flink script's DDL reads nothing until a query runs."""
+    for name in {t.name.lower() for t in statement.find_all(exp.Table)} & declared.keys():
+        d = declared.pop(name)
+        tables[d.name] = _source(d, runner, options)
 
 
 def _source(d: SourceDef, runner: str, options: dict) -> Table:
