@@ -93,8 +93,8 @@ def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.D
     the place of one of them; the other rows where they are. Only the order among
     rows of one group shows in the changelog (:func:`in_order` sorts the groups),
     so a step of one row per group sorts nothing. None when the values do not sort."""
-    frame = frame.reset_index(drop=True)
-    tied = np.flatnonzero(frame.duplicated(ties, keep=False).to_numpy())
+    frame = _plain(frame)
+    tied = _tied(frame, ties)
     if not len(tied):
         return frame
     try:
@@ -104,6 +104,58 @@ def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.D
     places = np.arange(len(frame))
     places[tied] = order.to_numpy()
     return frame.iloc[places].reset_index(drop=True)
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` indexed 0..n-1: itself when it is already (no copy)."""
+    index = frame.index
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+        return frame
+    return frame.reset_index(drop=True)
+
+
+#: The dtype kinds whose values compare and sort as int64 (NaT and nulls too).
+_INTEGRAL = frozenset("iubMm")
+
+
+def _integral(frame: pd.DataFrame, columns: list[str]) -> list[np.ndarray] | None:
+    """``columns`` of ``frame`` as int64 arrays, or None if one is not integral."""
+    arrays = []
+    for c in columns:
+        column = frame[c]
+        if column.dtype.kind not in _INTEGRAL or column.hasnans:
+            return None
+        arrays.append(column.to_numpy().astype(np.int64, copy=False))
+    return arrays
+
+
+def _equal_runs(arrays: list[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """For the rows in ``order``, whether each equals the next on every array."""
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for a in arrays:
+        sorted_ = a[order]
+        same &= sorted_[1:] == sorted_[:-1]
+    return same
+
+
+def _tied(frame: pd.DataFrame, ties: list[str]) -> np.ndarray:
+    """The positions of the rows of ``frame`` that share all their ``ties`` columns
+    with another row. The integral columns are compared first (one sort of the
+    numbers), so only rows equal on them have their other columns hashed."""
+    numbers = [c for c in ties if frame[c].dtype.kind in _INTEGRAL]
+    arrays = _integral(frame, numbers) if numbers else None
+    if arrays is None or len(frame) < 2:
+        return np.flatnonzero(frame.duplicated(ties, keep=False).to_numpy())
+    order = np.lexsort(arrays[::-1])
+    same = _equal_runs(arrays, order)
+    maybe = np.zeros(len(frame), dtype=bool)
+    maybe[order[1:][same]] = True
+    maybe[order[:-1][same]] = True
+    candidates = np.flatnonzero(maybe)
+    if not len(candidates) or len(numbers) == len(ties):
+        return candidates
+    sub = frame.iloc[candidates]
+    return candidates[sub.duplicated(ties, keep=False).to_numpy()]
 
 
 def _canonical(frame: pd.DataFrame) -> pd.DataFrame:
@@ -328,6 +380,12 @@ class Materializer:
         """The ``ver`` of each row of ``change`` (in order), by one pass over the
         group hashes, and the groups' next versions; None when two groups share
         a hash (:meth:`_versioned_by_merge` numbers them then)."""
+        if not len(self._versions) and not len(_tied(change, list(GROUP_COLUMNS))):
+            # every group new and changed once (each row its own group): no hashing
+            fresh = change[list(GROUP_COLUMNS)].reset_index(drop=True)
+            fresh["ver"] = np.ones(len(change), dtype=np.int64)
+            self._versions, self._versions_hash = fresh, None
+            return np.zeros(len(change), dtype=np.int64)
         hashes = group_hashes(change)
         unique, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         if not _same_groups(change, np.arange(len(change)), change, first[inverse]).all():
@@ -384,10 +442,34 @@ class Materializer:
 
 def in_order(changes: pd.DataFrame) -> pd.DataFrame:
     """The changelog's order: by processing time; within one, withdrawals first
-    (a consumer deletes before it inserts), then by window, key and version."""
+    (a consumer deletes before it inserts), then by window, key and version.
+
+    The integral keys before the key text (``ptime``, ``undo``, the window) are
+    sorted as numbers, and only rows equal on them are sorted by the rest: a
+    changelog of many groups per step (every row its own) sorts no text."""
     keys = [c for c in ("ptime", "undo", "__gs", "__ge", "__gk", "ver") if c in changes]
     ascending = [c != "undo" for c in keys]
-    return changes.sort_values(keys, ascending=ascending, kind="stable").reset_index(drop=True)
+    cut = next((i for i, c in enumerate(keys) if c == "__gk"), len(keys))
+    arrays = _integral(changes, keys[:cut]) if len(changes) > 1 else None
+    if arrays is None:
+        ordered = changes.sort_values(keys, ascending=ascending, kind="stable")
+        return ordered.reset_index(drop=True)
+    arrays = [-a if c == "undo" else a for a, c in zip(arrays, keys, strict=False)]
+    order = np.lexsort(arrays[::-1])
+    rest = keys[cut:]
+    same = _equal_runs(arrays, order) if rest else np.zeros(0, dtype=bool)
+    if same.any():
+        run = np.r_[0, np.cumsum(~same)]
+        tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
+        sub = changes[rest].iloc[order[tied]].reset_index(drop=True)
+        sub["__hw_run"] = run[tied]
+        within = sub.sort_values(["__hw_run", *rest], kind="stable", na_position="last")
+        order[tied] = order[tied][within.index.to_numpy()]
+    if (order[1:] > order[:-1]).all():
+        return _plain(changes)
+    out = changes.take(order)
+    out.index = pd.RangeIndex(len(out))
+    return out
 
 
 def member_of(frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
