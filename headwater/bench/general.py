@@ -2,6 +2,7 @@
 evaluated by one DuckDB query (batched) against one query per group.
 
     headwater bench general [--rows N] [--windows W] [--steps S] [--small N]
+                            [--dedup-rows N] [--dedup-keys K] [--dedup-steps S]
                             [--per-group | --batched] [--json]
 
 The query is a window Top-1, which the windowed-aggregate fast path does not
@@ -25,7 +26,12 @@ shared machine, the CPU time is the steadier one):
 
 * **small**: ``--small`` rows (default 310) over windows of 10 rows, one step
   per 10 rows;
-* **large**: ``--rows`` rows (default 1,000,000).
+* **large**: ``--rows`` rows (default 1,000,000);
+* **dedup**: an unwindowed keyed deduplication (the first bid of each item,
+  :data:`DEDUP`; key ``item``, so a group is an item's rows and fires whenever
+  one arrives), ``--dedup-rows`` bids (default 1,000,000) of ``--dedup-keys``
+  items (default 100,000) in ``--dedup-steps`` steps (default 10). Per group,
+  that is one DuckDB query per item a step touches; ``--dedup-rows 0`` skips it.
 
 After one untimed warm-up run, each case runs per group and batched in the
 same process (``--per-group`` or ``--batched``: only that one), checks that
@@ -59,6 +65,26 @@ EMIT STREAM AFTER WATERMARK
 """
 
 
+#: The dedup case: each item's first bid (ties broken by the bid's id).
+DEDUP = """
+SELECT item, bidtime, price, id
+FROM (SELECT item, bidtime, price, id,
+             ROW_NUMBER() OVER (PARTITION BY item ORDER BY bidtime, id) AS rn
+      FROM Bid) T
+WHERE rn = 1
+"""
+
+
+def keyed_bids(rows: int, keys: int, steps: int, seed: int = 0) -> Table:
+    """The dedup case's stream: :func:`bids` over one window a step, with ``keys``
+    items (``k0``, ``k1``, ...) and a unique ``id``."""
+    table = bids(rows, steps, steps, seed)
+    rng = np.random.default_rng(seed + 1)
+    items = pd.Series(rng.integers(0, keys, rows)).map("k{}".format).astype(object)
+    frame = table.frame.assign(item=items, id=np.arange(rows, dtype=np.int64))
+    return Table(name="Bid", frame=frame, event_time="bidtime", watermarks=table.watermarks)
+
+
 def bids(rows: int, windows: int, steps: int, seed: int = 0) -> Table:
     """A replayed stream: ``rows`` bids over ``windows`` seconds, arriving in
     ``steps`` steps (in event-time order, up to 0.5 s out of order); the
@@ -82,22 +108,22 @@ def bids(rows: int, windows: int, steps: int, seed: int = 0) -> Table:
     return Table(name="Bid", frame=frame, event_time="bidtime", watermarks=watermarks)
 
 
-def measure(table: Table, batched: bool) -> tuple[float, float, pd.DataFrame]:
+def measure(table: Table, batched: bool, text: str = QUERY) -> tuple[float, float, pd.DataFrame]:
     """Seconds (CPU of this process, all threads; wall) from the query's start to
     its changelog, and the changelog."""
     cpu, wall = time.process_time(), time.perf_counter()
-    query = sql(QUERY, {"Bid": table}, name="top1")
+    query = sql(text, {"Bid": table}, name="bench")
     changelog = run_stream(query.plan, batched=batched).changelog
     return time.process_time() - cpu, time.perf_counter() - wall, changelog
 
 
-def run_case(name: str, table: Table, modes: Sequence[bool]) -> dict:
+def run_case(name: str, table: Table, modes: Sequence[bool], text: str = QUERY) -> dict:
     """One case in the modes asked for; the changelogs must agree."""
     out: dict = {"case": name, "rows": len(table.frame)}
     cpu, logs = {}, {}
     for batched in modes:
         label = "batched" if batched else "per_group"
-        cpu[label], wall, logs[label] = measure(table, batched)
+        cpu[label], wall, logs[label] = measure(table, batched, text)
         out[f"{label}_cpu_s"], out[f"{label}_wall_s"] = round(cpu[label], 3), round(wall, 3)
     if len(logs) == 2:
         pd.testing.assert_frame_equal(logs["batched"], logs["per_group"], check_dtype=False)
@@ -120,6 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--small", type=int, default=310, help="rows of the small case (one group a step)"
     )
+    parser.add_argument(
+        "--dedup-rows", type=int, default=1_000_000, help="rows of the dedup case (0: skip it)"
+    )
+    parser.add_argument("--dedup-keys", type=int, default=100_000, help="items of the dedup case")
+    parser.add_argument("--dedup-steps", type=int, default=10, help="steps of the dedup case")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--per-group", action="store_true", help="only one query per group")
     only.add_argument("--batched", action="store_true", help="only one query per step")
@@ -129,10 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     small = max(args.small // 10, 1)
     for batched in modes:  # untimed: the first query's one-time imports and set-up
         measure(bids(20, 2, 2), batched)
+        measure(keyed_bids(20, 5, 2), batched, DEDUP)
     results = [
         run_case("small", bids(args.small, small, small), modes),
         run_case("large", bids(args.rows, args.windows, args.steps), modes),
     ]
+    if args.dedup_rows:
+        table = keyed_bids(args.dedup_rows, args.dedup_keys, args.dedup_steps)
+        results.append({**run_case("dedup", table, modes, DEDUP), "keys": args.dedup_keys})
     for result in results:
         print(json.dumps(result) if args.json else result)
     return 0
