@@ -123,7 +123,7 @@ def streams(request, tmp_path):
 S_CORE, O_CORE = ("st", BEFORE), ("ot", AFTER)
 
 
-def bounded(streams, dead: pd.DataFrame, as_of: int, outer: str, core=S_CORE) -> pd.DataFrame:
+def bounded(streams, dead, as_of: int, outer: str, core=S_CORE, pairs=PAIRS) -> pd.DataFrame:
     """DuckDB's pairs of the rows arrived by ``as_of`` less those whose ``o`` or
     ``s`` row was dropped from the pair's group (the window of the bucket of its
     ``core`` side's time, as the dead letters name it); ``outer``: the query over
@@ -145,7 +145,7 @@ def bounded(streams, dead: pd.DataFrame, as_of: int, outer: str, core=S_CORE) ->
     )
     return con.sql(
         f"""
-        WITH pairs AS ({PAIRS}),
+        WITH pairs AS ({pairs}),
         kept AS (
           SELECT * FROM pairs
           WHERE NOT EXISTS (
@@ -157,12 +157,13 @@ def bounded(streams, dead: pd.DataFrame, as_of: int, outer: str, core=S_CORE) ->
     ).df()
 
 
-def check_every_step(streams, text=PAIRS, outer="SELECT * FROM kept", core=S_CORE):
-    """The table view at each step equals the bounded query; the run."""
+def check_every_step(streams, text=PAIRS, outer="SELECT * FROM kept", core=S_CORE, pairs=PAIRS):
+    """The table view at each step equals the bounded query (``outer`` over the
+    kept ``pairs``); the run."""
     run = sql(text, streams).run()
     times = pd.concat([t.frame[PTIME] for t in streams.values()]).unique()
     for as_of in sorted(times):
-        expected = bounded(streams, run.dead_letters, int(as_of), outer, core)
+        expected = bounded(streams, run.dead_letters, int(as_of), outer, core, pairs)
         view = run.table(int(as_of))
         assert_same_rows(rows(view), rows(expected), ordered=False, what=f"at {as_of}")
     return run
@@ -194,6 +195,20 @@ def test_the_interval_join_equals_the_bounded_query_at_every_step(streams) -> No
         "state freed by the watermark (a row kept until the watermark passes its upper bound)"
     ) in explain
     check_every_step(streams)
+
+
+def test_strict_bounds_leave_the_edges_out(streams) -> None:
+    """``>`` and ``<``: the pairs on the interval's edges are not pairs; the groups
+    are those of the closed interval (a strict bound reaches no further)."""
+    strict = PAIRS.replace(
+        "o.t BETWEEN s.t - INTERVAL '4' SECOND AND s.t + INTERVAL '2' SECOND",
+        "o.t > s.t - INTERVAL '4' SECOND AND s.t + INTERVAL '2' SECOND > o.t",
+    )
+    assert strict != PAIRS
+    assert "buckets of INTERVAL '6' SECOND of s.t" in sql(strict, streams).explain()
+    run = check_every_step(streams, strict, pairs=strict)
+    gap = (run.table(None)["ot"] - run.table(None)["st"]).dt.total_seconds() * 1000
+    assert ((gap > -BEFORE) & (gap < AFTER)).all()
 
 
 def test_a_group_by_of_the_bucketed_time_keeps_the_bound(streams) -> None:
@@ -292,6 +307,9 @@ def test_other_spellings_of_the_bound(text, tmp_path) -> None:
         "AND o.t BETWEEN s.t - INTERVAL '4' SECOND AND s.t + INTERVAL '2' SECOND",
         # bounded from one side only
         "SELECT o.tag, s.sid FROM o JOIN s ON o.id = s.oid AND o.t >= s.t",
+        # a self-join: one stream's rows in both roles
+        "SELECT a.tag, b.tag AS other FROM o a JOIN o b ON a.id = b.id "
+        "AND a.t BETWEEN b.t - INTERVAL '4' SECOND AND b.t",
         # a third reference of a stream
         f"SELECT tag FROM ({PAIRS}) p WHERE tag IN (SELECT tag FROM o)",
     ],
