@@ -336,7 +336,10 @@ def group_sql(plan: QueryPlan) -> str:
     the group's window, or computed over the group's rows (keyed groups)."""
     mode = "group" if plan.group_mode else "compute"
     reach = plan.key.reach if plan.group_mode else 0
-    return to_engine_sql(plan.group_query, "duckdb", columns_of(plan), mode=mode, reach=reach)
+    core = plan.key.interval.core() if plan.key.interval is not None else None
+    return to_engine_sql(
+        plan.group_query, "duckdb", columns_of(plan), mode=mode, reach=reach, core=core
+    )
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:

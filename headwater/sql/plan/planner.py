@@ -9,6 +9,9 @@ query over the group's rows with the window columns set to the group's bounds
 Keyed by the event time (or combining nothing), groups are single event times.
 Keyed by a bucket of the event time (``CAST(ts AS DATE)``), groups are the
 buckets, tumbling windows of the bucket's size (the query over a day's rows).
+Keyed by an interval join's bound (``o.t BETWEEN s.t - INTERVAL '4' SECOND AND
+s.t + INTERVAL '2' SECOND``), groups are buckets of one side's event time with
+the other side's rows that far around: hopping windows, freed by the watermark.
 Keyed by plain columns, or by nothing, groups are the key's values (or one
 group) in a global window: nothing is late, state grows with the key's values.
 """
@@ -377,6 +380,11 @@ def _groups(
         return instant, tvf is None
     if key.kind is KeyKind.BUCKET:  # a bucket of the event time is a tumbling window
         return FixedWindows(timedelta(milliseconds=key.bucket)), tvf is None
+    if key.kind is KeyKind.INTERVAL and key.interval is not None:
+        # group j: the bucket [jS, (j+1)S) widened by the bound on both sides
+        bound = key.interval
+        ms = (bound.size + bound.before + bound.after, bound.size, -bound.before)
+        return SlidingWindows(*(timedelta(milliseconds=m) for m in ms)), True
     emit = query.args.get("emit")
     if emit is not None and emit.args.get("watermark"):
         line, col = position(emit)

@@ -66,6 +66,20 @@ TARGETS: dict[str, Target] = {
 }
 
 
+@dataclass(frozen=True)
+class Core:
+    """The rows of stream ``table`` (reference ``alias``) a group of an interval
+    join pairs: those of its bucket, event time ``column`` in ``[__gs + before,
+    __ge - after)`` (the group's window reaches that far around the bucket for
+    the other stream's rows), so that each pair is in one group only."""
+
+    table: str
+    alias: str
+    column: str
+    before: int
+    after: int
+
+
 def window_names(tvf: WindowTVF) -> tuple[str, ...]:
     """The columns a windowing TVF adds: the paper's or Flink's names."""
     if tvf.args.get("flink"):
@@ -167,6 +181,25 @@ def _group(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str], reach:
     return f"SELECT {select} FROM {src} CROSS JOIN {g} WHERE {t} >= {start} AND {t} < {end}"
 
 
+def _core(core: Core, target: Target, name: str, cols: Sequence[str]) -> str:
+    """The group's rows of the interval join's bucketed side (:class:`Core`),
+    stream ``name`` as the query writes it."""
+    g, src = target.q(GROUP_RELATION), target.q(name)
+    start = target.millis.format(t=f"{g}.{target.q('__gs')}") + f" + {core.before}"
+    end = target.millis.format(t=f"{g}.{target.q('__ge')}") + f" - {core.after}"
+    t = target.millis.format(t=f"{src}.{target.q(core.column)}")
+    items = ", ".join(f"{src}.{target.q(c)}" for c in cols)
+    return f"SELECT {items} FROM {src} CROSS JOIN {g} WHERE {t} >= {start} AND {t} < {end}"
+
+
+def _is_core(node: exp.Expression, core: Core) -> bool:
+    return (
+        isinstance(node, exp.Table)
+        and node.name.lower() == core.table.lower()
+        and node.alias_or_name.lower() == core.alias.lower()
+    )
+
+
 Expansion = Callable[[WindowTVF, Target, str, Sequence[str]], str]
 
 #: How each windowing TVF is computed over a whole table (mode ``compute``).
@@ -194,12 +227,15 @@ def to_engine_sql(
     *,
     mode: str = "compute",
     reach: int = 0,
+    core: Core | None = None,
 ) -> str:
     """``query`` (a Headwater-dialect AST, not modified) as SQL text of ``target``.
 
     ``columns_of(table)`` gives a table's columns (the expansion lists them so
     that no helper column leaks into ``SELECT *``); ``reach``: group mode's
-    groups hold rows that far (ms) past their window's end (:func:`_group`).
+    groups hold rows that far (ms) past their window's end (:func:`_group`);
+    ``core``: group mode's groups of an interval join read its bucketed side's
+    rows of their bucket only (:class:`Core`).
     """
     eng = TARGETS[target]
     tree = query.copy()
@@ -220,4 +256,12 @@ def to_engine_sql(
             alias=exp.TableAlias(this=exp.to_identifier(alias)),
         )
         tvf.replace(sub)
+    if core is not None and mode == "group":
+        for table in [t for t in tree.find_all(exp.Table) if _is_core(t, core)]:
+            text = _core(core, eng, table.name, list(columns_of(table.name)))
+            sub = exp.Subquery(
+                this=sqlglot.parse_one(text, read=eng.dialect),
+                alias=exp.TableAlias(this=exp.to_identifier(table.alias_or_name)),
+            )
+            table.replace(sub)
     return tree.sql(dialect=eng.dialect)

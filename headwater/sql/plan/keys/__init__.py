@@ -15,7 +15,10 @@ the query's key: the parts common to all of them.
 A key part is the window (window bounds: groups are windows, freed by the
 watermark), the event time (groups are instants, freed by the watermark), a
 bucket of the event time (``CAST(ts AS DATE)``: groups are its days, freed by the
-watermark as tumbling windows; :mod:`headwater.sql.plan.buckets`), or a plain
+watermark as tumbling windows; :mod:`headwater.sql.plan.buckets`), an interval
+join's bound (``o.t BETWEEN s.t - INTERVAL '4' SECOND AND s.t + INTERVAL '2'
+SECOND``: groups are buckets of one side's event time holding the other side's
+rows that far around them, freed by the watermark), or a plain
 column of every stream (groups are that column's values, kept forever:
 state grows with the distinct values). No part at all is one group holding
 every row. A query with no combining operator is exact per row.

@@ -1,6 +1,6 @@
 """The query's key: the origins common to every combining operator's partition
 (equal origins joined by the query's equalities), as the window, the event time,
-a bucket of it, plain columns of every stream, or none
+a bucket of it, an interval join's bound, plain columns of every stream, or none
 (:mod:`headwater.sql.plan.keys`)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from headwater.sql.plan.keys.kinds import (
     NULL_SIDE,
     WINDOW,
     EventBucket,
+    IntervalBound,
     KeyKind,
     KeyPart,
     MaintenanceKey,
@@ -89,9 +90,46 @@ def derive_key(
     if bucket:
         text = _bucket_text([*(p.node for p in found), query], bucket)
         return MaintenanceKey(KeyKind.BUCKET, tuple(parts), names, bucket=bucket, bucket_text=text)
+    interval = None if windowed else _interval(found, classes, query, catalog)
+    if interval is not None:
+        return MaintenanceKey(KeyKind.INTERVAL, tuple(parts), names, interval=interval)
     if parts:
         return MaintenanceKey(KeyKind.COLUMNS, tuple(parts), names)
     return MaintenanceKey(KeyKind.NONE, operators=names)
+
+
+def _interval(found, classes: _Classes, query: exp.Expression, catalog: Catalog):
+    """The bound of the query's one interval join when its pairs can be grouped by
+    buckets of one side's event time: the query reads the two streams once each
+    (in that join), and every other combining operator partitions by that event
+    time (its class holds no other column), so that each of its partitions lies
+    in one bucket; else None (the key stays columns or none, state grows)."""
+    joins = [p for p in found if p.intervals]
+    if len(joins) != 1 or len(_stream_tables(query, catalog)) != 2:
+        return None
+    for bound in joins[0].intervals:
+        if all(_by_event_time(p, classes, bound) for p in found if p is not joins[0]):
+            return bound
+    return None
+
+
+def _stream_tables(query: exp.Expression, catalog: Catalog) -> list[exp.Table]:
+    """Every reference of a stream in the query (a CTE's once)."""
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    refs = [t for t in query.find_all(exp.Table) if t.name and t.name.lower() not in ctes]
+    return [t for t in refs if catalog.get(t.name, t).is_stream]
+
+
+def _by_event_time(partition, classes: _Classes, bound: IntervalBound) -> bool:
+    """Whether ``partition`` has an item of ``bound``'s bucketed event time alone."""
+    et = StreamColumn(bound.table, bound.column, True)
+    for item in partition.items:
+        if et not in item:
+            continue
+        members = classes.members(classes.find(et))
+        if members <= {et}:
+            return True
+    return False
 
 
 def _window_as_one(item: frozenset[Origin]) -> frozenset[Origin]:

@@ -1,6 +1,8 @@
 """What a join of two streams partitions by: its column equalities (ON and
 WHERE) and, when a raw stream's event time is bounded by a window's rows, the
-window (:mod:`headwater.sql.plan.keys`)."""
+window; a join of two raw streams whose event times bound each other (an
+interval join) also says how its pairs partition by buckets of either side's
+event time (:mod:`headwater.sql.plan.keys`)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,15 @@ from sqlglot import exp
 
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.ddl import interval_ms
-from headwater.sql.plan.keys.kinds import WINDOW, Origin, Partition, StreamColumn, WindowBounds
-from headwater.sql.plan.keys.trace import Tracer, conjuncts, reads_stream
+from headwater.sql.plan.keys.kinds import (
+    WINDOW,
+    IntervalBound,
+    Origin,
+    Partition,
+    StreamColumn,
+    WindowBounds,
+)
+from headwater.sql.plan.keys.trace import Source, Tracer, conjuncts, reads_stream
 
 
 def join_partitions(tracer: Tracer, select: exp.Select) -> Iterator[Partition]:
@@ -33,7 +42,8 @@ def join_partitions(tracer: Tracer, select: exp.Select) -> Iterator[Partition]:
         tracer.in_join = False
     if reach is not None:
         items.append(frozenset({WINDOW}))
-    yield Partition("join", joins[0], tuple(items), reach or 0)
+    bounds = interval_bounds(tracer, select, conditions)
+    yield Partition("join", joins[0], tuple(items), reach or 0, bounds)
 
 
 def _equalities(tracer: Tracer, select: exp.Select, conditions) -> list[frozenset[Origin]]:
@@ -125,3 +135,108 @@ def _offset(tracer: Tracer, node, select) -> int | None:
 def _is_event_time(tracer: Tracer, node, select) -> bool:
     origins = tracer.expression(node, select) if node is not None else frozenset()
     return any(isinstance(o, StreamColumn) and o.event_time for o in origins)
+
+
+def interval_bounds(tracer: Tracer, select: exp.Select, conditions) -> tuple[IntervalBound, ...]:
+    """An inner join of two raw streams whose conditions bound one's event time by
+    the other's plus constant intervals from below and above (``o.t BETWEEN s.t -
+    INTERVAL '4' SECOND AND s.t + INTERVAL '2' SECOND``): each side as the one
+    whose buckets partition the pairs, the side the bounds are written around
+    first; () when not such a join (an outer join, whose unmatched rows of the
+    reaching side would show in each of its groups, is not)."""
+    if any(
+        j.side or (j.kind or "").upper() not in ("", "INNER", "CROSS")
+        for j in select.args.get("joins") or []
+    ):
+        return ()
+    sources = tracer.sources(select)
+    streams = [s for s in sources if _raw_stream(s)]
+    others = [s for s in sources if not _raw_stream(s)]
+    names = {s.table.name.lower() for s in streams}
+    if len(streams) != 2 or len(names) != 2 or any(_reads_stream(tracer, s) for s in others):
+        return ()
+    first, second = streams
+    #: d = second.t - first.t: its lower and upper bounds (ms); the side written around
+    low, high, around = None, None, None
+    for cond in conditions:
+        for part in conjuncts(cond):
+            for side, bound, is_lower, _ in _comparisons(part):
+                found = _difference(tracer, sources, streams, side, bound)
+                if found is None:
+                    continue
+                ref, offset = found
+                around = around or ref
+                if ref is second:  # first.t >= second.t + offset: d <= -offset
+                    is_lower, offset = not is_lower, -offset
+                if is_lower:
+                    low = offset if low is None else max(low, offset)
+                else:
+                    high = offset if high is None else min(high, offset)
+    if low is None or high is None or low > high:
+        return ()
+    of_first = _bound(first, second, max(-low, 0), max(high, 0))
+    of_second = _bound(second, first, max(high, 0), max(-low, 0))
+    return (of_second, of_first) if around is second else (of_first, of_second)
+
+
+def _reads_stream(tracer: Tracer, source: Source) -> bool:
+    """Whether a FROM item other than a raw stream reads a stream."""
+    if source.tvf is not None:
+        return True
+    if source.query is not None:
+        return reads_stream(source.query, tracer)
+    return False
+
+
+def _raw_stream(source: Source) -> bool:
+    return source.tvf is None and source.table is not None and source.table.is_stream
+
+
+def _bound(core: Source, other: Source, before: int, after: int) -> IntervalBound:
+    table = core.table
+    return IntervalBound(
+        table.name.lower(), core.alias, table.event_time, other.table.name.lower(), before, after
+    )
+
+
+def _difference(tracer, sources, streams, side, bound) -> tuple[Source, int] | None:
+    """(the reference whose event time ``bound`` is, its offset in ms) when ``side``
+    is the other reference's event time and ``bound`` the one's plus or minus
+    constant intervals; else None."""
+    mine = _event_time_of(tracer, sources, streams, side)
+    if mine is None:
+        return None
+    offset = 0
+    while True:
+        while isinstance(bound, exp.Paren):
+            bound = bound.this
+        if not (
+            isinstance(bound, exp.Add | exp.Sub) and isinstance(bound.expression, exp.Interval)
+        ):
+            break
+        try:
+            delta = interval_ms(bound.expression)
+        except SqlError:
+            return None
+        offset += delta if isinstance(bound, exp.Add) else -delta
+        bound = bound.this
+    ref = _event_time_of(tracer, sources, streams, bound)
+    if ref is None or ref is mine:
+        return None
+    return ref, offset
+
+
+def _event_time_of(tracer, sources, streams, node) -> Source | None:
+    """The stream reference whose event time column ``node`` is (None: not one)."""
+    if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+        return None
+    qualifier, name = node.table.lower(), node.name.lower()
+    matches = [
+        s
+        for s in sources
+        if (s.alias == qualifier if qualifier else name in map(str.lower, tracer.columns(s)))
+    ]
+    if len(matches) != 1 or not any(matches[0] is s for s in streams):
+        return None
+    event_time = matches[0].table.event_time
+    return matches[0] if event_time and event_time.lower() == name else None

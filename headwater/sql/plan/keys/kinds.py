@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from headwater.sql.parse.ddl import interval_sql
 from headwater.sql.plan import buckets
+from headwater.sql.plan.translate import Core
 
 #: Names of the window columns the TVFs add (the paper's, then Flink's).
 WINDOW_COLUMNS = frozenset({"wstart", "wend", "window_start", "window_end", "window_time"})
@@ -53,6 +54,32 @@ class EventBucket:
 Origin = StreamColumn | WindowBounds | NullSide | EventBucket
 
 
+@dataclass(frozen=True)
+class IntervalBound:
+    """An interval join's bound: the rows of stream ``other`` pair with a row of
+    stream ``table`` (reference ``alias``, event time ``column``) at ``t`` only
+    when their event time is in ``[t - before, t + after]`` (ms, both >= 0).
+    Pairs are partitioned by buckets of ``size`` of ``t``: group ``j`` holds
+    ``table``'s rows of its bucket (its core) and ``other``'s of
+    ``[jS - before, (j+1)S + after)``, the only ones pairing with them."""
+
+    table: str
+    alias: str
+    column: str
+    other: str
+    before: int
+    after: int
+
+    @property
+    def size(self) -> int:
+        """The buckets' size: a row of ``other`` is in two or three groups."""
+        return max(self.before + self.after, 1)
+
+    def core(self) -> Core:
+        """The filter of the group's ``table`` rows to the bucket (translate)."""
+        return Core(self.table, self.alias, self.column, self.before, self.after)
+
+
 WINDOW = WindowBounds()
 
 
@@ -75,6 +102,7 @@ class KeyKind(enum.Enum):
     WINDOW = "window"  #: the windows of the windowing TVF
     EVENT_TIME = "event time"  #: each event time on its own
     BUCKET = "event-time bucket"  #: buckets of the event time (its days): tumbling windows
+    INTERVAL = "interval join"  #: an interval join's bound: buckets of one side's event time
     COLUMNS = "columns"  #: the values of plain columns of every stream
     NONE = "none"  #: one group holding every row
 
@@ -104,6 +132,9 @@ class Partition:
     #: a join bounding a raw stream's event time by a window: how far (ms) past
     #: the window's end its rows join the window (:func:`~.joins.window_reach`)
     reach: int = 0
+    #: a join of two streams bounding one's event time by the other's
+    #: (:func:`~.joins.interval_bounds`): each way of partitioning its pairs
+    intervals: tuple[IntervalBound, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,11 +155,19 @@ class MaintenanceKey:
     #: of a stream joined to it by a closed interval (a row at a window's end is
     #: in two groups, this window's and the next); 0: a row in one window
     reach: int = 0
+    #: ``INTERVAL``: the join's bound
+    interval: IntervalBound | None = None
 
     @property
     def freed_by_watermark(self) -> bool:
         """Whether groups complete (their state is freed by the watermark)."""
-        return self.kind in (KeyKind.ROW, KeyKind.WINDOW, KeyKind.EVENT_TIME, KeyKind.BUCKET)
+        return self.kind in (
+            KeyKind.ROW,
+            KeyKind.WINDOW,
+            KeyKind.EVENT_TIME,
+            KeyKind.BUCKET,
+            KeyKind.INTERVAL,
+        )
 
     @property
     def expiring(self) -> int | None:
@@ -163,8 +202,9 @@ class MaintenanceKey:
             KeyKind.EVENT_TIME: "key the event time",
             KeyKind.BUCKET: f"key the event time's {buckets.describe(self.bucket)} "
             f"({self.bucket_text}, a tumbling window of one {buckets.describe(self.bucket)})",
+            KeyKind.INTERVAL: _interval_text(self.interval),
         }[self.kind]
-        if self.kind in (KeyKind.WINDOW, KeyKind.BUCKET) and self.parts:
+        if self.kind in (KeyKind.WINDOW, KeyKind.BUCKET, KeyKind.INTERVAL) and self.parts:
             what += " and " + ", ".join(p.describe() for p in self.parts)
         if self.kind is KeyKind.WINDOW and self.reach:
             what += (
@@ -172,6 +212,8 @@ class MaintenanceKey:
                 " a row there is in two windows)"
             )
         unused = f" (state.ttl = {interval_sql(self.ttl)} does not apply)" if self.ttl else ""
+        if self.kind is KeyKind.INTERVAL:
+            unused = " (a row kept until the watermark passes its upper bound)" + unused
         return f"{what}: state freed by the watermark{unused}"
 
     def _bounded(self, what: str) -> str:
@@ -180,3 +222,17 @@ class MaintenanceKey:
             f"state bounded by state.ttl = {ttl} ({what}'s state is dropped, and its result "
             "withdrawn, once no row of it arrived for that long in processing time)"
         )
+
+
+def _interval_text(bound: IntervalBound | None) -> str:
+    if bound is None:
+        return ""
+    t = f"{bound.alias}.{bound.column}"
+    return (
+        f"key the interval join's bound: buckets of {interval_sql(bound.size)} of {t}, each "
+        f"holding {bound.other}'s rows {_span(bound.before)} before to {_span(bound.after)} after"
+    )
+
+
+def _span(ms: int) -> str:
+    return interval_sql(ms) if ms else "0"
