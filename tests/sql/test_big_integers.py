@@ -121,3 +121,40 @@ def test_a_late_rows_dead_letter_keeps_its_big_integer(request, runner: str) -> 
     )
     letters = hw.sql("SELECT k, v FROM t", {"t": stream}, runner=runner).dead_letters()
     assert letters[["k", "v", "reason"]].astype(object).values.tolist() == [["c", BIG, "late"]]
+
+
+#: Two streams of plain BIGINT columns (no NULLs: numpy's own int64): a row of one
+#: stream has NULL in the other's columns, which made floats of both.
+OTHER = ROWS.assign(v=[2**62 + 5, 2**53 + 3, 7, -(2**62) - 1, BIG])
+TWO = {
+    "union": "SELECT k, v FROM t UNION ALL SELECT k, v FROM u",
+    "join": "SELECT t.k, t.v, u.v AS w FROM t JOIN u ON t.k = u.k",
+}
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(v=frame["v"].fillna(0).astype("int64"))
+
+
+def _two_streams(frame: pd.DataFrame):
+    arrival = frame["ts"] + pd.Timedelta(milliseconds=10)
+    return hw.from_pandas(frame.assign(arrival=arrival), "ts", arrival_time="arrival")
+
+
+@pytest.mark.parametrize("name", list(TWO))
+def test_two_streams_keep_big_integers(name: str) -> None:
+    t, u = _plain(ROWS), _plain(OTHER)
+    assert t["v"].dtype == "int64" and u["v"].dtype == "int64"
+    bounded = hw.sql(TWO[name], {"t": t, "u": u}).to_pandas()
+    got = hw.sql(TWO[name], {"t": _two_streams(t), "u": _two_streams(u)}).to_pandas()
+    assert exact(got, bounded.columns) == exact(bounded, bounded.columns)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", list(TWO))
+def test_two_streams_keep_big_integers_on_spark(spark, name: str) -> None:
+    t, u = _plain(ROWS), _plain(OTHER)
+    bounded = hw.sql(TWO[name], {"t": t, "u": u}).to_pandas()
+    streams = {"t": _two_streams(t), "u": _two_streams(u)}
+    got = hw.sql(TWO[name], streams, runner="spark").to_pandas()
+    assert exact(got, bounded.columns) == exact(bounded, bounded.columns)

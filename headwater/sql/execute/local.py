@@ -343,8 +343,11 @@ def group_sql(plan: QueryPlan) -> str:
 
 
 def union_rows(sql: SqlPlan) -> pd.DataFrame:
-    """Every stream row once in the union layout, with its ptime."""
+    """Every stream row once in the union layout, with its ptime. With several
+    streams, each stream's union columns are NULL on the others' rows: integers
+    and booleans then travel as objects, as floats would round integers past 2**53."""
     parts = []
+    several = len(sql.query.streams) > 1
     for i, (table, layout) in enumerate(zip(sql.query.streams, sql.layouts, strict=True)):
         frame = table.frame
         part = {SOURCE: np.full(len(frame), i, dtype=np.int64)}
@@ -352,6 +355,8 @@ def union_rows(sql: SqlPlan) -> pd.DataFrame:
             values = frame[column]
             stamp = column in layout.timestamps
             part[union] = event_millis(values) if stamp else exact_numpy(values)
+            if several and part[union].dtype.kind in "iub":
+                part[union] = part[union].astype(object)
         part[EVENT_TIME] = event_millis(frame[table.event_time])
         part[KEY] = group_keys(frame, sql.query, part[EVENT_TIME], table.name)
         part[PTIME] = frame[PTIME].to_numpy(np.int64)
