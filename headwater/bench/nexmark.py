@@ -55,6 +55,7 @@ _REPLAY = re.compile(r"'format' = 'replay', 'path' = '\$\{DATA\}/(\w+)\.jsonl'")
 #: The WITH clause of a query's sink table (its CREATE TABLE nexmark_qN).
 _SINK_WITH = re.compile(r"(CREATE TABLE nexmark_q\d+\s*\(.*?\)\s*WITH\s*)\((.*?)\);", re.S)
 SINKS = ("table", "blackhole")
+REPLAYS = ("parquet", "jsonl")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -114,6 +115,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="headwater's sink: table (DuckDB, the rows Flink's are checked against) or"
         " blackhole (NEXMark's: every row computed, counted and discarded)",
     )
+    p.add_argument(
+        "--replay",
+        choices=REPLAYS,
+        default="parquet",
+        help="the local runner's replay files: parquet (the replay in columns, read without"
+        " parsing text) or jsonl (JSON lines)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 
@@ -144,7 +152,9 @@ def prepare(args, work: Path, engines: list[str]) -> tuple[Any, Path]:
     events = generated(args)
     data = work / "data"
     per_file = args.events_per_file or max(1, args.events // 10)
-    formats = ["replay", "parquet"] + (["csv"] if "flink" in engines else [])
+    columnar = getattr(args, "replay", "jsonl") == "parquet"  # the local runner's replays
+    formats = ["replay-parquet" if columnar else "replay", "parquet"]
+    formats += ["csv"] if "flink" in engines else []
     write(events, data, formats, per_file, step_ms=args.step_ms)
     keys = np.arange(10_000)
     side = pd.DataFrame({"key": keys, "value": (keys * 7).astype(str)})
@@ -176,6 +186,8 @@ def script(name: str, args, data: Path, sink: Path) -> str:
     ddl = (Path(args.query_dir) / "ddl.sql").read_text()
     if args.runner == "spark":
         ddl = _REPLAY.sub(r"'format' = 'parquet', 'path' = '${DATA}/\1'", ddl)
+    elif getattr(args, "replay", "jsonl") == "parquet":
+        ddl = _REPLAY.sub(r"'format' = 'replay', 'path' = '${DATA}/\1.replay.parquet'", ddl)
     query = (Path(args.query_dir) / f"{name}.sql").read_text()
     if getattr(args, "sink", "table") == "blackhole":
         query = blackholed(query)

@@ -10,6 +10,9 @@
   ``watermark_every_ms`` of arrival time, the watermark the generator knows to be
   exact (``ptime - out_of_order_ms - 1``: no later event is older), then a last
   watermark after all events that closes every window.
+* ``replay-parquet``: ``DIR/<table>.replay.parquet``, the same replay in columns
+  (``ptime``, ``row``, ``watermark``: :mod:`headwater.sql.execute.replay`), which the
+  local runner reads without parsing text.
 * ``csv``: ``DIR/<table>.csv`` without a header, times as ``yyyy-MM-dd
   HH:mm:ss.SSS`` (what Flink's csv format reads for TIMESTAMP(3)).
 """
@@ -28,7 +31,7 @@ import pyarrow.parquet as pq
 from headwater.io.arrival import in_arrival_order
 from headwater.nexmark.generator import NexmarkEvents
 
-FORMATS = ("parquet", "replay", "csv")
+FORMATS = ("parquet", "replay", "replay-parquet", "csv")
 #: The last watermark is this far after the last event time (closes any window
 #: up to a day long, the longest the Flink queries use).
 END_OF_STREAM_MS = 86_400_000
@@ -52,6 +55,8 @@ def write(
         written["parquet"] = write_parquet(events, out, events_per_file)
     if "replay" in formats:
         written["replay"] = write_replay(events, out, watermark_every_ms, step_ms)
+    if "replay-parquet" in formats:
+        written["replay-parquet"] = write_replay_parquet(events, out, watermark_every_ms, step_ms)
     if "csv" in formats:
         written["csv"] = write_csv(events, out)
     return written
@@ -101,6 +106,40 @@ def replay_lines(
         (np.r_[np.zeros(len(arrival)), np.ones(len(marks_at))], np.r_[arrival, marks_at])
     )
     return pc.take(pa.concat_arrays([lines, mark_lines]), pa.array(order))
+
+
+def replay_table(
+    events: NexmarkEvents, name: str, watermark_every_ms: int, step_ms: int = 1
+) -> pa.Table:
+    """The replay of table ``name`` in columns, in the order of :func:`replay_lines`:
+    ``ptime`` (epoch ms), ``row`` (the event; null on a watermark) and ``watermark``
+    (epoch ms; null on a row)."""
+    table = events.tables[name]
+    arrival = steps(events.arrival[name], step_ms)
+    marks_at, marks = watermarks(events, watermark_every_ms)
+    marks_at = steps(marks_at, step_ms)
+    columns = [c.combine_chunks() for c in table.columns]
+    rows = pa.StructArray.from_arrays(columns, fields=list(table.schema))
+    order = np.lexsort(
+        (np.r_[np.zeros(len(arrival)), np.ones(len(marks_at))], np.r_[arrival, marks_at])
+    )
+    ptime = np.r_[arrival, marks_at].astype(np.int64)[order]
+    row = pa.concat_arrays([rows, pa.nulls(len(marks_at), rows.type)]).take(pa.array(order))
+    values = np.r_[np.zeros(len(arrival), np.int64), marks.astype(np.int64)][order]
+    has_mark = np.r_[np.zeros(len(arrival), bool), np.ones(len(marks_at), bool)][order]
+    mark = pa.array(values, pa.int64(), mask=~has_mark)
+    return pa.table({"ptime": ptime, "row": row, "watermark": mark})
+
+
+def write_replay_parquet(
+    events: NexmarkEvents, out, watermark_every_ms: int, step_ms: int
+) -> list[str]:
+    paths = []
+    for name in events.tables:
+        path = Path(out) / f"{name}.replay.parquet"
+        pq.write_table(replay_table(events, name, watermark_every_ms, step_ms), path)
+        paths.append(str(path))
+    return paths
 
 
 def watermarks(events: NexmarkEvents, every_ms: int) -> tuple[np.ndarray, np.ndarray]:

@@ -167,3 +167,17 @@ def test_latency_mode_on_spark(spark, capsys, tmp_path):
     assert result["queries"]["q6"]["headwater"]["status"] == "refused"
     assert result["queries"]["q6"]["spark"]["status"] == "not written"
     assert "| q0 | " in latency_markdown(result)
+
+
+def test_both_replay_forms_give_each_query_its_rows(capsys, tmp_path):
+    """The local runner reads the replays in columns by default (``--replay parquet``)
+    or as JSON lines: the same rows of every query, a stateless and a windowed one."""
+    rows = {}
+    for form in ("parquet", "jsonl"):
+        argv = ["--queries", "q1,q5", "--events", "2000", "--json", "--replay", form]
+        assert main([*argv, "--workdir", str(tmp_path / form)]) == 0
+        queries = json.loads(capsys.readouterr().out)["queries"]
+        rows[form] = {q: queries[q]["headwater"]["rows"] for q in queries}
+    assert rows["parquet"] == rows["jsonl"] and rows["parquet"]["q1"] > 0
+    assert (tmp_path / "parquet" / "data" / "bid.replay.parquet").exists()
+    assert not (tmp_path / "parquet" / "data" / "bid.jsonl").exists()
