@@ -77,6 +77,31 @@ def _texts(keys: np.ndarray) -> np.ndarray:
     return pd.Series(keys, dtype=object).astype(str).to_numpy(object)
 
 
+def _column(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    """A stream column as Arrow: numbers and booleans straight from numpy (an
+    integral float to an integer type, NaN as NULL); objects, or numbers Arrow
+    would not take as they are, value by value."""
+    if values.dtype != object:
+        try:
+            return pa.array(values, type=arrow_type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+            pass
+    return pa.array(pd.Series(values, dtype=object), type=arrow_type, from_pandas=True)
+
+
+def _timestamps(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    """Epoch ms (floats, NaN as NULL) as a timestamp column: whole ms straight from
+    numpy, fractions through pandas (which keeps them)."""
+    ms = np.asarray(values, dtype=np.float64)
+    missing = np.isnan(ms)
+    whole = np.where(missing, 0, ms)
+    if np.array_equal(whole, np.round(whole)) and np.abs(whole).max(initial=0) < 2**62:
+        stamps = pa.array(whole.astype(np.int64), pa.int64(), mask=missing)
+        return stamps.cast(pa.timestamp("ms")).cast(arrow_type)
+    series = pd.to_datetime(pd.Series(ms), unit="ms")
+    return pa.array(series, type=arrow_type, from_pandas=True)
+
+
 #: DuckDB's wider types of SQL results, as SQL types them: a SUM of integers is
 #: HUGEINT in DuckDB, BIGINT in SQL (and Spark).
 _SQL_TYPES = {"HUGEINT": "BIGINT", "UHUGEINT": "BIGINT"}
@@ -284,7 +309,7 @@ class GroupMaintainer:
         row its group (its key and instant ``[t, t + 1)``), every change an insert.
         Needs the batched query (:attr:`batch` a ``BatchQuery``)."""
         source = rows[SOURCE].to_numpy(np.int64)
-        values = {u: rows[u].to_numpy(object) for s in self.streams for u in s.union}
+        values = {u: rows[u].to_numpy() for s in self.streams for u in s.union}
         gid = np.arange(len(rows), dtype=np.int64)
         t = rows[EVENT_TIME].to_numpy(np.float64).astype(np.int64)
         out, at = self._tagged(self.batch.text, values, source, gid, (t, t + 1))
@@ -313,13 +338,11 @@ class GroupMaintainer:
         arrays = []
         columns = zip(layout.columns, layout.union, layout.types, strict=True)
         for column, union, arrow_type in columns:
-            values_of = values[union][mask] if values else []
+            values_of = values[union][mask] if values else np.zeros(0, dtype=object)
             if column in layout.timestamps:
-                ms = pd.Series(values_of, dtype="float64")
-                series = pd.to_datetime(ms, unit="ms")
+                arrays.append(_timestamps(values_of, arrow_type))
             else:
-                series = pd.Series(values_of, dtype=object)
-            arrays.append(pa.array(series, type=arrow_type, from_pandas=True))
+                arrays.append(_column(values_of, arrow_type))
         return pa.Table.from_arrays(arrays, names=list(layout.columns))
 
     def _relation(self, text: str, frames: dict[str, pa.Table], starts, ends):
