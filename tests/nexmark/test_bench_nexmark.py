@@ -181,3 +181,26 @@ def test_both_replay_forms_give_each_query_its_rows(capsys, tmp_path):
     assert rows["parquet"] == rows["jsonl"] and rows["parquet"]["q1"] > 0
     assert (tmp_path / "parquet" / "data" / "bid.replay.parquet").exists()
     assert not (tmp_path / "parquet" / "data" / "bid.jsonl").exists()
+
+
+def test_emit_after_watermark_where_the_planner_takes_it(capsys, tmp_path):
+    """``--emit watermark``: a windowed query gives each window's row once (its final
+    table, as Flink's window aggregation writes it); a query whose groups never
+    complete runs as written and says so."""
+    runs = {}
+    for emit in ("change", "watermark"):
+        argv = ["--queries", "q5,q20", "--events", "3000", "--json", "--emit", emit]
+        argv += ["--sink", "blackhole", "--workdir", str(tmp_path / emit)]
+        assert main(argv) == 0
+        queries = json.loads(capsys.readouterr().out)["queries"]
+        runs[emit] = {q: r["headwater"] for q, r in queries.items()}
+    assert runs["watermark"]["q5"]["emit"] == "after watermark"
+    assert runs["change"]["q5"]["emit"] == "every change"
+    assert runs["watermark"]["q20"]["emit"] == "every change"  # an unwindowed join
+    assert runs["watermark"]["q20"]["rows"] == runs["change"]["q20"]["rows"]
+    # every change of q5's windows against each window's final rows only
+    assert 0 < runs["watermark"]["q5"]["rows"] < runs["change"]["q5"]["rows"]
+    argv = ["--queries", "q5", "--events", "3000", "--json", "--workdir", str(tmp_path / "t")]
+    assert main(argv) == 0
+    table = json.loads(capsys.readouterr().out)["queries"]["q5"]["headwater"]
+    assert runs["watermark"]["q5"]["rows"] == table["rows"]  # the final table's rows
