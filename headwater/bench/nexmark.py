@@ -57,6 +57,9 @@ _SINK_WITH = re.compile(r"(CREATE TABLE nexmark_q\d+\s*\(.*?\)\s*WITH\s*)\((.*?)
 SINKS = ("table", "blackhole")
 REPLAYS = ("parquet", "jsonl")
 EMITS = ("change", "watermark")
+#: A windowing table function or a legacy group window: the queries whose results
+#: Flink writes once per window (a window aggregation, join or Top-N).
+WINDOWED = re.compile(r"\b(TUMBLE|HOP|SESSION|CUMULATE)\s*\(", re.I)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -128,8 +131,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=EMITS,
         default="change",
         help="headwater's materialization: change (the query as written: every change of"
-        " its result) or watermark (EMIT AFTER WATERMARK where the planner takes it: each"
-        " group's result once, as Flink emits a window aggregation; the others as written)",
+        " its result) or watermark (EMIT AFTER WATERMARK on the windowed queries where the"
+        " planner takes it: each window's result once, as Flink emits a window aggregation;"
+        " the others as written)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -238,7 +242,7 @@ def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[s
         started_session()
     text = script(name, args, data, sink)
     try:
-        if getattr(args, "emit", "change") == "watermark":
+        if getattr(args, "emit", "change") == "watermark" and WINDOWED.search(text):
             try:  # refused before it runs where no group completes: then as written
                 emitted = after_watermark(text)
                 return _run(name, emitted, "after watermark", args, sink, total, **options)
@@ -264,8 +268,10 @@ def _run(name: str, text: str, emit: str, args, sink: Path, total: int, **option
 
 def after_watermark(text: str) -> str:
     """The script with ``EMIT AFTER WATERMARK`` on its INSERT's query (the last
-    statement): each group's result once, when the watermark completes it, as
-    Flink emits a window aggregation's rows."""
+    statement): each window's result once, when the watermark completes it, as
+    Flink emits a window aggregation's rows. Only for a windowed query
+    (:data:`WINDOWED`): a query of rows on their own or of unwindowed groups gives
+    each change as Flink does, and waiting would only delay it."""
     body = text.rstrip()
     if not body.endswith(";"):
         raise ValueError("the query's script does not end with its INSERT's ';'")

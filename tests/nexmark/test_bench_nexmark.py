@@ -185,11 +185,12 @@ def test_both_replay_forms_give_each_query_its_rows(capsys, tmp_path):
 
 def test_emit_after_watermark_where_the_planner_takes_it(capsys, tmp_path):
     """``--emit watermark``: a windowed query gives each window's row once (its final
-    table, as Flink's window aggregation writes it); a query whose groups never
-    complete runs as written and says so."""
+    table, as Flink's window aggregation writes it); an unwindowed query (q20's
+    join, whose groups never complete; q1's rows on their own) runs as written and
+    says so."""
     runs = {}
     for emit in ("change", "watermark"):
-        argv = ["--queries", "q5,q20", "--events", "3000", "--json", "--emit", emit]
+        argv = ["--queries", "q5,q20,q1", "--events", "3000", "--json", "--emit", emit]
         argv += ["--sink", "blackhole", "--workdir", str(tmp_path / emit)]
         assert main(argv) == 0
         queries = json.loads(capsys.readouterr().out)["queries"]
@@ -198,6 +199,7 @@ def test_emit_after_watermark_where_the_planner_takes_it(capsys, tmp_path):
     assert runs["change"]["q5"]["emit"] == "every change"
     assert runs["watermark"]["q20"]["emit"] == "every change"  # an unwindowed join
     assert runs["watermark"]["q20"]["rows"] == runs["change"]["q20"]["rows"]
+    assert runs["watermark"]["q1"]["emit"] == "every change"  # rows on their own
     # every change of q5's windows against each window's final rows only
     assert 0 < runs["watermark"]["q5"]["rows"] < runs["change"]["q5"]["rows"]
     argv = ["--queries", "q5", "--events", "3000", "--json", "--workdir", str(tmp_path / "t")]
