@@ -380,8 +380,18 @@ def latency_progress(name: str, entry: dict[str, Any]) -> str:
         lambda r: (
             f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
             f"{r['batches']} batches of median {_ms(r['batch_median_ms'])} ms"
+            f"{_phases(r.get('phase_median_ms') or {})}"
         ),
     )
+
+
+#: The phases of Spark's ``durationMs`` the latency report shows, in this order.
+PHASES = ("addBatch", "queryPlanning", "getBatch", "walCommit", "commitOffsets", "latestOffset")
+
+
+def _phases(phases: dict[str, float]) -> str:
+    shown = [f"{k} {phases[k]:.0f}" for k in PHASES if k in phases]
+    return f" ({', '.join(shown)})" if shown else ""
 
 
 def latency_cell(r: dict[str, Any]) -> str:
@@ -410,6 +420,20 @@ def latency_markdown(result: dict[str, Any]) -> str:
             ran = mine["status"] == theirs["status"] == "ran"
             cells.append(f"{mine['p99_ms'] / theirs['p99_ms']:.2f}" if ran else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + phases_markdown(result)
+
+
+def phases_markdown(result: dict[str, Any]) -> str:
+    """Per query and engine that ran, the median ms of each phase of Spark's
+    ``durationMs`` over its measured micro-batches."""
+    header = ["query", "engine", *PHASES, "triggerExecution"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in result["queries"].items():
+        for engine, r in entry.items():
+            phases = r.get("phase_median_ms") or {}
+            if r["status"] == "ran" and phases:
+                cells = [_ms(phases.get(k)) for k in header[2:]]
+                lines.append("| " + " | ".join([name, engine, *cells]) + " |")
     return "\n".join(lines)
 
 

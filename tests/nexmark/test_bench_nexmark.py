@@ -160,6 +160,10 @@ def test_latency_mode_on_spark(spark, capsys, tmp_path):
         # every bid arrived after the start has a latency; every bid is an output row
         assert r["events"] == bids - first and r["rows"] == bids
         assert 0 < r["p50_ms"] <= r["p99_ms"]
+        # Spark's phases of the measured batches, to compare the engines phase by phase
+        if r["batches"]:
+            assert {"addBatch", "walCommit", "triggerExecution"} <= set(r["phase_median_ms"])
     assert result["queries"]["q6"]["headwater"]["status"] == "refused"
     assert result["queries"]["q6"]["spark"]["status"] == "not written"
-    assert "| q0 | " in latency_markdown(result)
+    table = latency_markdown(result)
+    assert "| q0 | " in table and "| query | engine | addBatch |" in table
