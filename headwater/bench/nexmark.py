@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,8 @@ _REPLAY = re.compile(r"'format' = 'replay', 'path' = '\$\{DATA\}/(\w+)\.jsonl'")
 #: The WITH clause of a query's sink table (its CREATE TABLE nexmark_qN).
 _SINK_WITH = re.compile(r"(CREATE TABLE nexmark_q\d+\s*\(.*?\)\s*WITH\s*)\((.*?)\);", re.S)
 SINKS = ("table", "blackhole")
+#: ``--order``: which engine runs a query first, and which queries are warmed up.
+ORDERS = ("fair", "headwater-first")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -105,7 +107,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--warmup-events",
         type=int,
         default=1000,
-        help="untimed first run of the first query per engine over this many events (0: none)",
+        help="untimed run of each query (of the first only with --order headwater-first) per"
+        " engine over this many events of their own before the clock (0: none)",
+    )
+    p.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="fair",
+        help="fair: every query warmed up on each engine (--warmup-events) before its timed"
+        " runs, and the engine that runs first alternating query by query; headwater-first:"
+        " the first query warmed up only, headwater first on every query (the order before"
+        " issue 18, which gave Spark's own query the plans headwater's run had compiled)",
     )
     p.add_argument(
         "--sink",
@@ -152,22 +164,38 @@ def prepare(args, work: Path, engines: list[str]) -> tuple[Any, Path]:
     return events, data
 
 
-def warm_up(args, work: Path, engines: list[str], names: list[str]) -> None:
-    """Run the first query once on headwater and on Spark's own streaming, untimed,
-    over ``--warmup-events`` events of their own: the JVM's JIT, the Python
-    workers and the session's first plans are then paid by neither engine's
-    first timed query (Flink's JVM warms up on its own)."""
-    if not args.warmup_events or not names:
-        return
+def warm_up(args, work: Path, engines: list[str]) -> Callable[[str], None]:
+    """Prepare ``--warmup-events`` events of their own under ``work/warmup``; the
+    function that runs a query there once, untimed, on headwater and on Spark's own
+    streaming (Flink's JVM warms up on its own): the JVM's JIT, the Python workers
+    and the session's plans of that query are then paid by neither engine's timed
+    run. Nothing to run with ``--warmup-events 0``."""
+    if not args.warmup_events:
+        return lambda name: None
     small = argparse.Namespace(**{**vars(args), "events": min(args.warmup_events, args.events)})
     small.events_per_file = None
     warm = work / "warmup"
     warm.mkdir(exist_ok=True)
     _, data = prepare(small, warm, [e for e in engines if e != "flink"])
-    if "headwater" in engines:
-        run_headwater(names[0], small, data, warm, small.events)
-    if "spark" in engines:
-        run_native(names[0], data, warm, small.events)
+
+    def run(name: str) -> None:
+        if "headwater" in engines:
+            run_headwater(name, small, data, warm, small.events)
+        if "spark" in engines:
+            run_native(name, data, warm, small.events)
+
+    return run
+
+
+def run_order(args, index: int, engines: list[str]) -> list[str]:
+    """The engines in the order the ``index``-th query runs them (``--order``): with
+    ``fair``, headwater first on the 1st, 3rd ... query and Spark first on the others
+    (what the first run leaves, e.g. the files in the page cache, goes to each engine
+    in turn); ``headwater-first``, the order of ``engines``."""
+    timed = [e for e in engines if e != "flink"]
+    if args.order == "fair" and index % 2 == 1:
+        return timed[::-1]
+    return timed
 
 
 def script(name: str, args, data: Path, sink: Path) -> str:
@@ -458,7 +486,7 @@ def bench(args) -> dict[str, Any]:
     out = sys.stderr if args.json else sys.stdout
     with workdir(args) as work:
         events, data = prepare(args, work, engines)
-        warm_up(args, work, engines, names)
+        warm = warm_up(args, work, engines)
         result: dict[str, Any] = {
             "events": events.events,
             "generator_events_per_s": round(events.events_per_second),
@@ -467,12 +495,17 @@ def bench(args) -> dict[str, Any]:
             "config": vars(args),
             "queries": {name: {} for name in names},
         }
-        for name in names:
+        for i, name in enumerate(names):
+            if args.order == "fair" or i == 0:  # headwater-first: the first query only
+                warm(name)
+            ran = {}
+            for engine in run_order(args, i, engines):
+                if engine == "headwater":
+                    ran[engine] = run_headwater(name, args, data, work, events.events)
+                else:
+                    ran[engine] = run_native(name, data, work, events.events)
             entry = result["queries"][name]
-            if "headwater" in engines:
-                entry["headwater"] = run_headwater(name, args, data, work, events.events)
-            if "spark" in engines:
-                entry["spark"] = run_native(name, data, work, events.events)
+            entry.update({e: ran[e] for e in engines if e in ran})
             print(progress(name, entry), file=out, flush=True)
         if "flink" in engines:
             queries = result["queries"]
