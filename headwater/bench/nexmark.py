@@ -116,8 +116,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="fair",
         help="fair: every query warmed up on each engine (--warmup-events) before its timed"
         " runs, and the engine that runs first alternating query by query; headwater-first:"
-        " the first query warmed up only, headwater first on every query (the order before"
-        " issue 18, which gave Spark's own query the plans headwater's run had compiled)",
+        " the first query warmed up only (--latency: none), headwater first on every query"
+        " (the order before issue 18, which gave Spark's own query the plans headwater's run"
+        " had compiled)",
     )
     p.add_argument(
         "--sink",
@@ -372,7 +373,10 @@ def latency_native(name: str, plan: latency.Feed, work: Path) -> dict[str, Any]:
 
 
 def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
-    """The latency run (``--latency``): each query on each engine over the fed files."""
+    """The latency run (``--latency``): each query on each engine over the fed files;
+    with ``--order fair`` each query first runs untimed (availableNow) on both engines
+    over the warm-up events, and the engine that runs first alternates; with
+    ``headwater-first``, no warm-up and headwater first (the order before)."""
     if args.runner != "spark":
         raise ValueError("--latency runs on Spark: pass --runner spark")
     out = sys.stderr if args.json else sys.stdout
@@ -388,16 +392,19 @@ def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
             "config": vars(args),
             "queries": {name: {} for name in names},
         }
-        for name in names:
-            entry = result["queries"][name]
-            for engine in engines:
+        fair = args.order == "fair"
+        warm = warm_up(args, work, engines) if fair else (lambda name: None)
+        for i, name in enumerate(names):
+            warm(name)  # fair: the query's plans compiled on both engines first
+            ran = {}
+            for engine in run_order(args, i, engines):
                 if engine == "headwater":
-                    entry[engine] = latency_headwater(name, args, plan, work)
-                elif engine == "spark":
-                    entry[engine] = latency_native(name, plan, work)
+                    ran[engine] = latency_headwater(name, args, plan, work)
                 else:
-                    entry[engine] = {"status": "not measured", "reason": "Spark engines only"}
-            print(latency_progress(name, entry), file=out, flush=True)
+                    ran[engine] = latency_native(name, plan, work)
+            skipped = {"status": "not measured", "reason": "Spark engines only"}
+            result["queries"][name].update({e: ran.get(e, skipped) for e in engines})
+            print(latency_progress(name, result["queries"][name]), file=out, flush=True)
     return result
 
 

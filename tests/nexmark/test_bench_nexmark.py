@@ -199,5 +199,9 @@ def test_latency_mode_on_spark(spark, capsys, tmp_path):
             assert {"addBatch", "walCommit", "triggerExecution"} <= set(r["phase_median_ms"])
     assert result["queries"]["q6"]["headwater"]["status"] == "refused"
     assert result["queries"]["q6"]["spark"]["status"] == "not written"
+    # --order fair: q0 ran untimed on both engines over the warm-up events first
+    warm = tmp_path / "warmup"
+    assert sink_rows(warm / "q0-spark.duckdb", "q0") == bids
+    assert (warm / "native-checkpoint-q0" / "commits").is_dir()
     table = latency_markdown(result)
     assert "| q0 | " in table and "| query | engine | addBatch |" in table
