@@ -224,11 +224,11 @@ def quoted(name: str) -> str:
 
 
 #: The temporary view of a micro-batch's rows (in the query's own session).
-_BATCH = "__hw_batch"
+BATCH_VIEW = "__hw_batch"
 
 
 def batch_sql(query: StatelessQuery, watermark: int | None, ptime: int | None = None) -> str:
-    """The query over the rows on time of the micro-batch (the view :data:`_BATCH`) as
+    """The query over the rows on time of the micro-batch (the view :data:`BATCH_VIEW`) as
     one statement: the query's columns in their types, then (with ``ptime``) ``undo``
     and ``ptime``, then each row's event time. One statement is one analysis per
     batch, where building it with DataFrame calls was a dozen (a tenth of a second
@@ -251,14 +251,14 @@ def batch_sql(query: StatelessQuery, watermark: int | None, ptime: int | None = 
     out.append(f"__hw_q.{inner[n]} AS {EVENT_TIME}")
     return (
         f"WITH {quoted(query.name)} AS (SELECT {', '.join(view)}, ts AS {EVENT_TIME} "
-        f"FROM {_BATCH} WHERE {on_time}) "
+        f"FROM {BATCH_VIEW} WHERE {on_time}) "
         f"SELECT {', '.join(out)} FROM ({query.text}) AS __hw_q({', '.join(inner)})"
     )
 
 
 def _rows(batch, query: StatelessQuery, watermark: int | None, ptime: int | None = None):
     """The query over the batch's rows on time (:func:`batch_sql`)."""
-    batch.createOrReplaceTempView(_BATCH)
+    batch.createOrReplaceTempView(BATCH_VIEW)
     return batch.sparkSession.sql(batch_sql(query, watermark, ptime))
 
 
