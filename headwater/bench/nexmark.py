@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ EMITS = ("change", "watermark")
 #: A windowing table function or a legacy group window: the queries whose results
 #: Flink writes once per window (a window aggregation, join or Top-N).
 WINDOWED = re.compile(r"\b(TUMBLE|HOP|SESSION|CUMULATE)\s*\(", re.I)
+#: ``--order``: which engine runs a query first, and which queries are warmed up.
+ORDERS = ("fair", "headwater-first")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -110,7 +112,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--warmup-events",
         type=int,
         default=1000,
-        help="untimed first run of the first query per engine over this many events (0: none)",
+        help="untimed run of each query (of the first only with --order headwater-first) per"
+        " engine over this many events of their own before the clock (0: none)",
+    )
+    p.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="fair",
+        help="fair: every query warmed up on each engine (--warmup-events) before its timed"
+        " runs, and the engine that runs first alternating query by query; headwater-first:"
+        " the first query warmed up only (--latency: none), headwater first on every query"
+        " (the order before issue 18, which gave Spark's own query the plans headwater's run"
+        " had compiled)",
     )
     p.add_argument(
         "--sink",
@@ -175,23 +188,39 @@ def prepare(args, work: Path, engines: list[str]) -> tuple[Any, Path]:
     return events, data
 
 
-def warm_up(args, work: Path, engines: list[str], names: list[str]) -> None:
-    """Run the first query once on headwater and on Spark's own streaming, untimed,
-    over ``--warmup-events`` events of their own: the JVM's JIT, the Python
-    workers and the session's first plans are then paid by neither engine's
-    first timed query. Flink's runner warms up in its own JVM over the same
-    events (``warmup/data``, written with Flink's CSV too)."""
-    if not args.warmup_events or not names:
-        return
+def warm_up(args, work: Path, engines: list[str]) -> Callable[[str], None]:
+    """Prepare ``--warmup-events`` events of their own under ``work/warmup``; the
+    function that runs a query there once, untimed, on headwater and on Spark's own
+    streaming: the JVM's JIT, the Python workers and the session's plans of that
+    query are then paid by neither engine's timed run. Flink's runner warms up in
+    its own JVM over the same events (``warmup/data``, with Flink's CSV too).
+    Nothing to run with ``--warmup-events 0``."""
+    if not args.warmup_events:
+        return lambda name: None
     small = argparse.Namespace(**{**vars(args), "events": min(args.warmup_events, args.events)})
     small.events_per_file = None
     warm = work / "warmup"
     warm.mkdir(exist_ok=True)
     _, data = prepare(small, warm, engines)
-    if "headwater" in engines:
-        run_headwater(names[0], small, data, warm, small.events)
-    if "spark" in engines:
-        run_native(names[0], data, warm, small.events)
+
+    def run(name: str) -> None:
+        if "headwater" in engines:
+            run_headwater(name, small, data, warm, small.events)
+        if "spark" in engines:
+            run_native(name, data, warm, small.events)
+
+    return run
+
+
+def run_order(args, index: int, engines: list[str]) -> list[str]:
+    """The engines in the order the ``index``-th query runs them (``--order``): with
+    ``fair``, headwater first on the 1st, 3rd ... query and Spark first on the others
+    (what the first run leaves, e.g. the files in the page cache, goes to each engine
+    in turn); ``headwater-first``, the order of ``engines``."""
+    timed = [e for e in engines if e != "flink"]
+    if args.order == "fair" and index % 2 == 1:
+        return timed[::-1]
+    return timed
 
 
 def script(name: str, args, data: Path, sink: Path) -> str:
@@ -394,7 +423,10 @@ def latency_native(name: str, plan: latency.Feed, work: Path) -> dict[str, Any]:
 
 
 def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
-    """The latency run (``--latency``): each query on each engine over the fed files."""
+    """The latency run (``--latency``): each query on each engine over the fed files;
+    with ``--order fair`` each query first runs untimed (availableNow) on both engines
+    over the warm-up events, and the engine that runs first alternates; with
+    ``headwater-first``, no warm-up and headwater first (the order before)."""
     if args.runner != "spark":
         raise ValueError("--latency runs on Spark: pass --runner spark")
     out = sys.stderr if args.json else sys.stdout
@@ -410,16 +442,19 @@ def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
             "config": vars(args),
             "queries": {name: {} for name in names},
         }
-        for name in names:
-            entry = result["queries"][name]
-            for engine in engines:
+        fair = args.order == "fair"
+        warm = warm_up(args, work, engines) if fair else (lambda name: None)
+        for i, name in enumerate(names):
+            warm(name)  # fair: the query's plans compiled on both engines first
+            ran = {}
+            for engine in run_order(args, i, engines):
                 if engine == "headwater":
-                    entry[engine] = latency_headwater(name, args, plan, work)
-                elif engine == "spark":
-                    entry[engine] = latency_native(name, plan, work)
+                    ran[engine] = latency_headwater(name, args, plan, work)
                 else:
-                    entry[engine] = {"status": "not measured", "reason": "Spark engines only"}
-            print(latency_progress(name, entry), file=out, flush=True)
+                    ran[engine] = latency_native(name, plan, work)
+            skipped = {"status": "not measured", "reason": "Spark engines only"}
+            result["queries"][name].update({e: ran.get(e, skipped) for e in engines})
+            print(latency_progress(name, result["queries"][name]), file=out, flush=True)
     return result
 
 
@@ -430,8 +465,18 @@ def latency_progress(name: str, entry: dict[str, Any]) -> str:
         lambda r: (
             f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
             f"{r['batches']} batches of median {_ms(r['batch_median_ms'])} ms"
+            f"{_phases(r.get('phase_median_ms') or {})}"
         ),
     )
+
+
+#: The phases of Spark's ``durationMs`` the latency report shows, in this order.
+PHASES = ("addBatch", "queryPlanning", "getBatch", "walCommit", "commitOffsets", "latestOffset")
+
+
+def _phases(phases: dict[str, float]) -> str:
+    shown = [f"{k} {phases[k]:.0f}" for k in PHASES if k in phases]
+    return f" ({', '.join(shown)})" if shown else ""
 
 
 def latency_cell(r: dict[str, Any]) -> str:
@@ -460,6 +505,20 @@ def latency_markdown(result: dict[str, Any]) -> str:
             ran = mine["status"] == theirs["status"] == "ran"
             cells.append(f"{mine['p99_ms'] / theirs['p99_ms']:.2f}" if ran else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + phases_markdown(result)
+
+
+def phases_markdown(result: dict[str, Any]) -> str:
+    """Per query and engine that ran, the median ms of each phase of Spark's
+    ``durationMs`` over its measured micro-batches."""
+    header = ["query", "engine", *PHASES, "triggerExecution"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in result["queries"].items():
+        for engine, r in entry.items():
+            phases = r.get("phase_median_ms") or {}
+            if r["status"] == "ran" and phases:
+                cells = [_ms(phases.get(k)) for k in header[2:]]
+                lines.append("| " + " | ".join([name, engine, *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -484,7 +543,7 @@ def bench(args) -> dict[str, Any]:
     out = sys.stderr if args.json else sys.stdout
     with workdir(args) as work:
         events, data = prepare(args, work, engines)
-        warm_up(args, work, engines, names)
+        warm = warm_up(args, work, engines)
         result: dict[str, Any] = {
             "events": events.events,
             "generator_events_per_s": round(events.events_per_second),
@@ -493,12 +552,17 @@ def bench(args) -> dict[str, Any]:
             "config": vars(args),
             "queries": {name: {} for name in names},
         }
-        for name in names:
+        for i, name in enumerate(names):
+            if args.order == "fair" or i == 0:  # headwater-first: the first query only
+                warm(name)
+            ran = {}
+            for engine in run_order(args, i, engines):
+                if engine == "headwater":
+                    ran[engine] = run_headwater(name, args, data, work, events.events)
+                else:
+                    ran[engine] = run_native(name, data, work, events.events)
             entry = result["queries"][name]
-            if "headwater" in engines:
-                entry["headwater"] = run_headwater(name, args, data, work, events.events)
-            if "spark" in engines:
-                entry["spark"] = run_native(name, data, work, events.events)
+            entry.update({e: ran[e] for e in engines if e in ran})
             print(progress(name, entry), file=out, flush=True)
         if "flink" in engines:
             queries = result["queries"]

@@ -10,7 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from headwater.bench.baselines.nexmark_flink import flink_python, parquet_jar
-from headwater.bench.nexmark import latency_markdown, main, markdown, sink_rows
+from headwater.bench.nexmark import (
+    latency_markdown,
+    main,
+    markdown,
+    parse_args,
+    run_order,
+    sink_rows,
+)
 from headwater.nexmark import NexmarkConfig, generate
 
 
@@ -60,18 +67,45 @@ def test_a_query_that_fails_is_reported_and_the_next_runs(capsys, tmp_path, monk
 
 
 def test_each_engine_warms_up_on_its_own_events_first(capsys, tmp_path):
-    """The first query runs once untimed over ``--warmup-events`` events in
-    ``warmup/`` (its own data and sink); ``--warmup-events 0`` skips it."""
+    """Each query runs once untimed over ``--warmup-events`` events in ``warmup/``
+    (its own data and sink) before its timed runs; with ``--order headwater-first``
+    the first query only; ``--warmup-events 0`` skips it."""
     argv = ["--queries", "q1,q2", "--events", "300", "--json"]
     assert main([*argv, "--warmup-events", "200", "--workdir", str(tmp_path / "a")]) == 0
-    assert json.loads(capsys.readouterr().out)["queries"]["q1"]["headwater"]["status"] == "ran"
+    result = json.loads(capsys.readouterr().out)
+    assert result["queries"]["q1"]["headwater"]["status"] == "ran"
+    assert result["config"]["order"] == "fair"
     warm = tmp_path / "a" / "warmup"
-    assert not (warm / "q2-local.duckdb").exists()
     config = NexmarkConfig(events=200, seed=0, first_event_rate=1000, out_of_order_ms=2000)
-    bids = generate(config).tables["bid"].num_rows  # q1: every bid, over its own 200 events
-    assert sink_rows(warm / "q1-local.duckdb", "q1") == bids
+    bids = generate(config).tables["bid"]  # q1: every bid, over its own 200 events
+    assert sink_rows(warm / "q1-local.duckdb", "q1") == bids.num_rows
+    with duckdb.connect() as con:
+        con.register("bid", bids)
+        q2 = con.execute("SELECT count(*) FROM bid WHERE auction % 123 = 0").fetchone()[0]
+    assert (warm / "q2-local.duckdb").exists() and sink_rows(warm / "q2-local.duckdb", "q2") == q2
+    old = ["--order", "headwater-first", "--workdir", str(tmp_path / "c")]
+    assert main([*argv, "--warmup-events", "200", *old]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "c" / "warmup" / "q1-local.duckdb").exists()
+    assert not (tmp_path / "c" / "warmup" / "q2-local.duckdb").exists()
     assert main([*argv, "--warmup-events", "0", "--workdir", str(tmp_path / "b")]) == 0
     assert not (tmp_path / "b" / "warmup").exists()
+
+
+def test_the_fair_order_alternates_the_engine_that_runs_first():
+    """``--order fair``: headwater first on the 1st, 3rd ... query, Spark's own on the
+    others; ``headwater-first`` keeps ``--engines``' order; Flink runs after, apart."""
+    engines = ["headwater", "spark", "flink"]
+    fair = parse_args(["--runner", "spark"])
+    assert fair.order == "fair"
+    assert [run_order(fair, i, engines) for i in range(3)] == [
+        ["headwater", "spark"],
+        ["spark", "headwater"],
+        ["headwater", "spark"],
+    ]
+    old = parse_args(["--order", "headwater-first"])
+    assert [run_order(old, i, engines) for i in range(2)] == [["headwater", "spark"]] * 2
+    assert run_order(fair, 1, ["headwater"]) == ["headwater"]
 
 
 def test_unknown_query(capsys):
@@ -164,9 +198,17 @@ def test_latency_mode_on_spark(spark, capsys, tmp_path):
         # every bid arrived after the start has a latency; every bid is an output row
         assert r["events"] == bids - first and r["rows"] == bids
         assert 0 < r["p50_ms"] <= r["p99_ms"]
+        # Spark's phases of the measured batches, to compare the engines phase by phase
+        if r["batches"]:
+            assert {"addBatch", "walCommit", "triggerExecution"} <= set(r["phase_median_ms"])
     assert result["queries"]["q6"]["headwater"]["status"] == "refused"
     assert result["queries"]["q6"]["spark"]["status"] == "not written"
-    assert "| q0 | " in latency_markdown(result)
+    # --order fair: q0 ran untimed on both engines over the warm-up events first
+    warm = tmp_path / "warmup"
+    assert sink_rows(warm / "q0-spark.duckdb", "q0") == bids
+    assert (warm / "native-checkpoint-q0" / "commits").is_dir()
+    table = latency_markdown(result)
+    assert "| q0 | " in table and "| query | engine | addBatch |" in table
 
 
 def test_both_replay_forms_give_each_query_its_rows(capsys, tmp_path):

@@ -9,6 +9,7 @@ from sql_helpers import assert_same_rows, rows
 
 from headwater.sql import sql
 from headwater.sql.parse.dialect import Headwater, SqlError, parse_query
+from headwater.sql.plan.translate import to_engine_sql
 from headwater.sql.script import run_script
 
 BID = pd.DataFrame(
@@ -64,18 +65,36 @@ def test_date_format_pattern_letters_are_checked():
         parse_query("SELECT DATE_FORMAT(t, 'EEE yyyy') FROM bid")
 
 
+#: Flink's SPLIT_INDEX edge cases: commons-lang's splitByWholeSeparatorPreserveAllTokens
+#: keeps empty parts (a//b, a trailing /), splits '' into no part (NULL at every index),
+#: reads the separator as text (. and |), and a negative or too large index is NULL.
+URLS = pd.DataFrame({"url": ["https://a.com/x/y", "a//b", None, "", "a/b/", "x.y|z.w"]})
+SPLITS = """SELECT url, SPLIT_INDEX(url, '/', 0) AS p0, SPLIT_INDEX(url, '/', 2) AS p2,
+                   SPLIT_INDEX(url, '/', 3) AS p3, SPLIT_INDEX(url, '/', 4) AS p4,
+                   SPLIT_INDEX(url, '//', 1) AS q1, SPLIT_INDEX(url, '/', -1) AS neg,
+                   SPLIT_INDEX(url, '.', 1) AS dot, SPLIT_INDEX(url, '|', 1) AS bar
+            FROM t"""
+SPLIT_ROWS = [
+    ("https://a.com/x/y", "https:", "a.com", "x", "y", "a.com/x/y", None, "com/x/y", None),
+    ("a//b", "a", "b", None, None, "b", None, None, None),
+    (None, None, None, None, None, None, None, None, None),
+    ("", None, None, None, None, None, None, None, None),
+    ("a/b/", "a", "", None, None, None, None, None, None),
+    ("x.y|z.w", "x.y|z.w", None, None, None, None, None, "y|z", "z.w"),
+]
+
+
 def test_split_index_is_zero_based_and_null_past_the_end():
-    urls = pd.DataFrame({"url": ["https://a.com/x/y", "a//b", None]})
-    text = """SELECT url, SPLIT_INDEX(url, '/', 0) AS p0, SPLIT_INDEX(url, '/', 3) AS p3,
-                     SPLIT_INDEX(url, '/', 4) AS p4, SPLIT_INDEX(url, '//', 1) AS q1,
-                     SPLIT_INDEX(url, '/', -1) AS neg
-              FROM t"""
-    expected = [
-        ("https://a.com/x/y", "https:", "x", "y", "a.com/x/y", None),
-        ("a//b", "a", None, None, "b", None),
-        (None, None, None, None, None, None),
-    ]
-    assert_same_rows(bounded(text, {"t": urls}), expected, ordered=False)
+    assert_same_rows(bounded(SPLITS, {"t": URLS}), SPLIT_ROWS, ordered=False)
+
+
+def test_split_index_on_spark_splits_once_with_flinks_meaning(spark):
+    """On Spark, SPLIT_INDEX with a literal separator and index is one SPLIT read by
+    GET (not three string functions per call), with the same rows as DuckDB's form."""
+    text = to_engine_sql(parse_query(SPLITS), "spark", lambda name: ["url"])
+    assert text.count("GET(SPLIT(") == 7 and text.count("SPLIT_PART") == 1  # neg: the CASE
+    actual = rows(sql(SPLITS, {"t": spark.createDataFrame(URLS)}, runner="spark").to_pandas())
+    assert_same_rows(actual, SPLIT_ROWS, ordered=False)
 
 
 def test_create_view_is_a_named_subquery_in_a_script():

@@ -368,3 +368,49 @@ def test_a_discarding_sink_gets_the_windows_versions(spark, tmp_path):
     )
     log = pd.concat(hole.batches.values(), ignore_index=True)
     assert sorted(log[log["item"].isin(["a", "b"])]["ver"]) == [0, 1, 2]
+
+
+def test_a_batch_is_one_statement_over_its_view(spark):
+    """``batch_sql``: the rows on time of the batch's view (not late by the watermark
+    and the allowed lateness, a NULL event time left out), the stream's columns by
+    their union names (timestamps from ms), the query over them by position, cast to
+    the sink's types, with ``undo`` and ``ptime``; names with backticks and blanks
+    quoted."""
+    from pyspark.sql.types import LongType, TimestampType
+
+    from headwater.sql.execute.stateless_spark import (
+        BATCH_VIEW,
+        StatelessQuery,
+        batch_sql,
+        sql_type,
+    )
+
+    types = [TimestampType(), LongType()]
+    query = StatelessQuery(
+        name="Bid t",
+        text="SELECT `ts col`, `p``x` * 2, __hw_et FROM `Bid t` WHERE `p``x` > 4",
+        view=[("ts col", "__t0_0", True), ("p`x", "__t0_1", False)],
+        columns=["when", "p`x 2"],
+        types=types,
+        lateness=10,
+        delay=0,
+        permissive=False,
+        sql_types=tuple(sql_type(spark, t) for t in types),
+    )
+    schema = "__src long, __t0_0 long, __t0_1 int, ts long"
+    rows = [(0, 1_000, 5, 1_000), (0, 2_000, 6, 2_000), (0, 3_000, 7, None), (0, 4_000, 3, 4_000)]
+    spark.createDataFrame(rows, schema).createOrReplaceTempView(BATCH_VIEW)
+    late = spark.sql(batch_sql(query, 1_500, 7)).toPandas()  # 1,000 + 1 + 10 <= 1,500
+    assert list(late.columns) == ["when", "p`x 2", "undo", "ptime", "__hw_et"]
+    assert late.to_dict("records") == [
+        {
+            "when": pd.Timestamp(2_000, unit="ms"),
+            "p`x 2": 12,
+            "undo": False,
+            "ptime": pd.Timestamp(7, unit="ms"),
+            "__hw_et": 2_000,
+        }
+    ]
+    on_time = spark.sql(batch_sql(query, None))
+    assert on_time.schema["p`x 2"].dataType == LongType()  # cast from the query's int
+    assert sorted(r["__hw_et"] for r in on_time.collect()) == [1_000, 2_000]

@@ -24,7 +24,7 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -193,6 +193,8 @@ class LatencyRun:
     arrivals: dict[str, int]
     committed: dict[str, int]
     batch_ms: list[int]
+    #: per phase of ``StreamingQueryProgress.durationMs``, its median over those batches
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
     def report(self, plan: Feed, rows: int) -> dict[str, Any]:
         missing = sorted(set(self.arrivals) - set(self.committed))
@@ -213,6 +215,7 @@ class LatencyRun:
             "events": int(weights.sum()),
             "batches": len(self.batch_ms),
             "batch_median_ms": float(np.median(self.batch_ms)) if self.batch_ms else None,
+            "phase_median_ms": self.phases_ms,
             "rows": rows,
         }
 
@@ -241,7 +244,10 @@ def measure(spark, query, plan: Feed, live: Path, checkpoint_root: Path) -> Late
 
         _wait(drained, DRAIN_S, query)
         progress = list(query.recentProgress)
-        return LatencyRun(arrivals, committed_at(checkpoint), _batch_ms(progress))
+        batches = _measured(progress)
+        return LatencyRun(
+            arrivals, committed_at(checkpoint), _batch_ms(batches), phase_medians(batches)
+        )
     finally:
         query.stop()
 
@@ -256,15 +262,24 @@ def _why_not(query, what: str) -> str:
     return f"{what}: {str(error).splitlines()[0]}" if error is not None else what
 
 
-def _batch_ms(progress: list[Any]) -> list[int]:
-    """The duration of each micro-batch that read rows, but the first (which pays
+def _measured(progress: list[Any]) -> list[Any]:
+    """The progress of each micro-batch that read rows, but the first (which pays
     the query's start; Spark keeps the last
     ``spark.sql.streaming.numRecentProgressUpdates``)."""
-    out = []
-    for p in progress:
-        if p.numInputRows > 0 and p.batchId > 0:
-            out.append(int(p.durationMs.get("triggerExecution", 0)))
-    return out
+    return [p for p in progress if p.numInputRows > 0 and p.batchId > 0]
+
+
+def _batch_ms(batches: list[Any]) -> list[int]:
+    """Each batch's duration (its ``triggerExecution``)."""
+    return [int(p.durationMs.get("triggerExecution", 0)) for p in batches]
+
+
+def phase_medians(batches: list[Any]) -> dict[str, float]:
+    """Per phase of Spark's ``durationMs`` (addBatch, queryPlanning, getBatch, walCommit,
+    commitOffsets, latestOffset, triggerExecution), its median over ``batches``: where
+    an engine's batch time goes, compared phase by phase with the other's."""
+    phases = sorted({k for p in batches for k in p.durationMs})
+    return {k: float(np.median([p.durationMs.get(k, 0) for p in batches])) for k in phases}
 
 
 def _wait(condition, timeout: float, query) -> bool:

@@ -161,10 +161,12 @@ class StatelessQuery:
     delay: int
     permissive: bool
     on_driver: bool = False  #: ``ver`` numbered on the collected batch (ranks_on_driver)
+    sql_types: tuple[str, ...] = ()  #: ``types`` in Spark SQL's spelling (for CAST)
 
 
-def plan_stateless(sql: SqlPlan, delay: int) -> StatelessQuery:
-    """The stateless form of ``sql`` (its query takes the stateless path)."""
+def plan_stateless(sql: SqlPlan, delay: int, spark=None) -> StatelessQuery:
+    """The stateless form of ``sql`` (its query takes the stateless path); with
+    ``spark``, its types spelled in Spark SQL by Spark itself (:func:`batch_sql`)."""
     plan = sql.query
     layout = sql.layouts[0]
     view = [
@@ -182,7 +184,14 @@ def plan_stateless(sql: SqlPlan, delay: int) -> StatelessQuery:
         delay=delay,
         permissive=any(t.permissive for t in plan.streams),
         on_driver=ranks_on_driver(types),
+        sql_types=tuple(sql_type(spark, t) for t in types) if spark is not None else (),
     )
+
+
+def sql_type(spark, t) -> str:
+    """``t`` as Spark SQL spells it (``DataType.sql``: quoted field names, collations)."""
+    jvm_types = spark._jvm.org.apache.spark.sql.types
+    return str(jvm_types.DataType.fromJson(t.json()).sql())
 
 
 def _late(F, ts, watermark: int | None, lateness: int):
@@ -209,30 +218,57 @@ def _letters(F, batch, late, permissive: bool, layout_cols: list[str]):
     return batch.where(null | late).select(*cols)
 
 
-def _rows(F, spark, live, query: StatelessQuery):
-    """The query over ``live`` (the batch's rows on time): the query's columns in
-    their types and each row's event time."""
-    items = [
-        (F.timestamp_millis(F.col(u)) if stamp else F.col(u)).alias(c) for c, u, stamp in query.view
+def quoted(name: str) -> str:
+    """A Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+#: The temporary view of a micro-batch's rows (in the query's own session).
+BATCH_VIEW = "__hw_batch"
+
+
+def batch_sql(query: StatelessQuery, watermark: int | None, ptime: int | None = None) -> str:
+    """The query over the rows on time of the micro-batch (the view :data:`BATCH_VIEW`) as
+    one statement: the query's columns in their types, then (with ``ptime``) ``undo``
+    and ``ptime``, then each row's event time. One statement is one analysis per
+    batch, where building it with DataFrame calls was a dozen (a tenth of a second
+    of a small batch's time, docs/nexmark.md "Latency")."""
+    view = [
+        (f"timestamp_millis({quoted(u)})" if stamp else quoted(u)) + f" AS {quoted(c)}"
+        for c, u, stamp in query.view
     ]
-    live.select(*items, F.col("ts").alias(EVENT_TIME)).createOrReplaceTempView(query.name)
-    result = spark.sql(query.text)
-    names = result.columns
-    return result.select(
-        *[
-            F.col(f"`{n}`").cast(t).alias(c)
-            for n, c, t in zip(names, query.columns, query.types, strict=False)
-        ],
-        F.col(f"`{names[-1]}`").alias(EVENT_TIME),
+    on_time = "ts IS NOT NULL"
+    if watermark is not None:  # not late: the negation of _late
+        on_time += f" AND ts + {1 + query.lateness} > {int(watermark)}"
+    n = len(query.columns)
+    inner = [f"__hw_c{i}" for i in range(n + 1)]  # the query's outputs, by position
+    out = [
+        f"CAST(__hw_q.{inner[i]} AS {t}) AS {quoted(c)}"
+        for i, (c, t) in enumerate(zip(query.columns, query.sql_types, strict=True))
+    ]
+    if ptime is not None:
+        out += ["false AS undo", f"timestamp_millis({int(ptime)}) AS ptime"]
+    out.append(f"__hw_q.{inner[n]} AS {EVENT_TIME}")
+    return (
+        f"WITH {quoted(query.name)} AS (SELECT {', '.join(view)}, ts AS {EVENT_TIME} "
+        f"FROM {BATCH_VIEW} WHERE {on_time}) "
+        f"SELECT {', '.join(out)} FROM ({query.text}) AS __hw_q({', '.join(inner)})"
     )
 
 
-def _changes(F, spark, live, query: StatelessQuery, versions: Versions):
+def _rows(batch, query: StatelessQuery, watermark: int | None, ptime: int | None = None):
+    """The query over the batch's rows on time (:func:`batch_sql`)."""
+    batch.createOrReplaceTempView(BATCH_VIEW)
+    return batch.sparkSession.sql(batch_sql(query, watermark, ptime))
+
+
+def _changes(F, batch, query: StatelessQuery, versions: Versions, watermark: int | None):
     """:func:`_rows` with ``ver`` numbered by a Spark window (a shuffle): for the
     queries whose columns Arrow cannot order as Spark does (:func:`ranks_on_driver`)."""
     from pyspark.sql import Window
 
-    out = _rows(F, spark, live, query)
+    spark = batch.sparkSession
+    out = _rows(batch, query, watermark)
     order = [F.col(f"`{c}`").asc_nulls_last() for c in query.columns]
     rank = F.row_number().over(Window.partitionBy(EVENT_TIME).orderBy(*order)) - F.lit(1)
     if versions.counts:
@@ -375,16 +411,15 @@ class EachBatch:
                 f"batch {batch_id}: Spark's watermark {watermark} is below {versions.horizon}, "
                 "the one the version counts were kept for"
             )
-        ts = F.col("ts")
-        late = _late(F, ts, watermark, query.lateness)
-        spark = batch.sparkSession
-        live = batch.where(ts.isNotNull() & ~late)
         horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
+        times = (watermark, ptime, horizon)
         if getattr(self.sink, "discards", False):
-            counts, floor = self._discarded(live, versions, ptime, horizon, batch_id)
+            counts, floor = self._discarded(batch, versions, times, batch_id)
         else:
-            counts, floor = self._collected(live, versions, ptime, horizon, batch_id)
+            counts, floor = self._collected(batch, versions, times, batch_id)
         if self.dead_letter_sink is not None:
+            spark = batch.sparkSession
+            late = _late(F, F.col("ts"), watermark, query.lateness)
             layout = list(self.sql.layouts[0].union)
             dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
             dropped = dropped if len(dropped) else pd.DataFrame()
@@ -393,36 +428,41 @@ class EachBatch:
         self.checkpoint.keep(batch_id, after)
 
     def _collected(
-        self, live, versions: Versions, ptime: int, horizon: int, batch_id: int
+        self, batch, versions: Versions, times: tuple[int | None, int, int], batch_id: int
     ) -> tuple[dict[int, int], int]:
         """The batch's changes collected once as Arrow, to the sink (when there is
         one); the changes per event time that later rows may join, and the horizon
-        they are kept for (:func:`kept_from`)."""
+        they are kept for (:func:`kept_from`). ``times``: the batch's watermark,
+        ptime and horizon."""
 
         from pyspark.sql import functions as F
 
-        query, spark = self.query, live.sparkSession
-        if query.on_driver:
-            changes = _rows(F, spark, live, query)
+        query, spark = self.query, batch.sparkSession
+        watermark, ptime, horizon = times
+        if query.on_driver:  # the changelog's columns in the one statement
+            out = _rows(batch, query, watermark, ptime)
         else:
-            changes = _changes(F, spark, live, query, versions)
-        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
+            changes = _changes(F, batch, query, versions, watermark)
+            out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
         table = out.toArrow()  # the batch's one job of changes
         latest = pc.max(table[EVENT_TIME]).as_py()
         floor = kept_from(horizon, latest, query.delay)
         counts = tally(table, floor, query.lateness)
         if self.sink is not None:
             log = table.drop_columns([EVENT_TIME])
-            schema = out.drop(EVENT_TIME).schema
             if query.on_driver:
                 log = log.append_column("ver", numbered(table, query.columns, versions))
-                schema = schema.add("ver", "long", nullable=False)
-            arrow = getattr(self.sink, "takes_arrow", False)
-            self.sink(log if arrow else as_frame(spark, log, schema), batch_id)
+            if getattr(self.sink, "takes_arrow", False):
+                self.sink(log, batch_id)
+            else:  # the schema only then: it is one more round trip to Spark
+                schema = out.drop(EVENT_TIME).schema
+                if query.on_driver:
+                    schema = schema.add("ver", "long", nullable=False)
+                self.sink(as_frame(spark, log, schema), batch_id)
         return counts, floor
 
     def _discarded(
-        self, live, versions: Versions, ptime: int, horizon: int, batch_id: int
+        self, batch, versions: Versions, times: tuple[int | None, int, int], batch_id: int
     ) -> tuple[dict[int, int], int]:
         """The batch's changes, ``ver`` numbered by Spark's window, handed uncollected
         to a sink that discards them (a blackhole: it runs them in one job); the
@@ -432,7 +472,8 @@ class EachBatch:
         from pyspark.sql import functions as F
 
         query = self.query
-        changes = _changes(F, live.sparkSession, live, query, versions)
+        watermark, ptime, horizon = times
+        changes = _changes(F, batch, query, versions, watermark)
         out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
         et, latest = F.col(EVENT_TIME), F.max(EVENT_TIME)
         # kept_from in Spark: the list holds only the instants kept, not every one
@@ -471,11 +512,11 @@ def start(
     checkpoint = Checkpoint(checkpoint_location)
     if checkpoint.has_ended():
         raise InputEndedError(ended_message(checkpoint_location))
-    stream = union.withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
+    # the group key is the general path's (its shards'): not computed per row here
+    stream = union.drop("key").withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
     stream = stream.withWatermark(_WATERMARKED, f"{delay} milliseconds").drop(_WATERMARKED)
-    each_batch = EachBatch(
-        sql, plan_stateless(sql, delay), checkpoint, letters_frame, sink, dead_letter_sink
-    )
+    query = plan_stateless(sql, delay, union.sparkSession)
+    each_batch = EachBatch(sql, query, checkpoint, letters_frame, sink, dead_letter_sink)
     writer = stream.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", checkpoint_location
     )

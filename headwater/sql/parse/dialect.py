@@ -317,9 +317,13 @@ def _date_format(args: list[exp.Expr]) -> exp.Expr:
 
 
 #: Flink's SPLIT_INDEX(s, sep, i): the 0-based i-th part, NULL past the last part
-#: (DuckDB's and Spark's SPLIT_PART are 1-based and give '' there).
+#: (DuckDB's and Spark's SPLIT_PART are 1-based and give '' there), and NULL for an
+#: empty ``s`` (Flink splits it into no part: commons-lang's
+#: splitByWholeSeparatorPreserveAllTokens; SPLIT_PART gives '').
+SPLIT_INDEX = "split_index"
 _SPLIT_INDEX = sqlglot.parse_one(
-    "CASE WHEN :i >= 0 AND :i < (LENGTH(:s) - LENGTH(REPLACE(:s, :sep, ''))) / LENGTH(:sep) + 1 "
+    "CASE WHEN :i >= 0 AND LENGTH(:s) > 0 "
+    "AND :i < (LENGTH(:s) - LENGTH(REPLACE(:s, :sep, ''))) / LENGTH(:sep) + 1 "
     "THEN SPLIT_PART(:s, :sep, :i + 1) END"
 )
 
@@ -333,9 +337,11 @@ def _split_index(args: list[exp.Expr]) -> exp.Expr:
             "Write e.g. SPLIT_INDEX(url, '/', 3)",
         )
     values = dict(zip(("s", "sep", "i"), args, strict=True))
-    return _SPLIT_INDEX.transform(
+    case = _SPLIT_INDEX.transform(
         lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
     )
+    case.meta[SPLIT_INDEX] = True  # Spark's translation splits once (translate.py)
+    return case
 
 
 def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-from headwater.sql.parse.dialect import WindowTVF
+from headwater.sql.parse.dialect import SPLIT_INDEX, WindowTVF
 
 #: The relation that holds the bounds of the group being evaluated (group mode).
 GROUP_RELATION = "__group"
@@ -220,6 +220,29 @@ def _timestamp_trunc(node: exp.Expression) -> exp.Expression:
     return exp.TimestampTrunc(**args)
 
 
+def _split_once(node: exp.Expression) -> exp.Expression:
+    """Flink's ``SPLIT_INDEX(s, sep, i)`` (the parser's CASE over SPLIT_PART, which
+    splits ``s`` three times) as Spark's ``GET(SPLIT(s, regex), i)``: one split, and
+    ``GET``'s 0-based index gives NULL outside the parts (a negative one included),
+    as Flink does; NULL for a NULL or empty ``s``. Only for a non-empty text literal ``sep``
+    (SPLIT reads a regular expression: its characters but letters and digits are
+    escaped) and an integer literal ``i`` (GET reads an index as an INT); else the
+    CASE stays."""
+    if not (isinstance(node, exp.Case) and node.meta.get(SPLIT_INDEX)):
+        return node
+    part = node.args["ifs"][0].args["true"]
+    sep, index = part.args.get("delimiter"), part.args.get("part_index")
+    if not (isinstance(sep, exp.Literal) and sep.is_string and sep.name):
+        return node
+    i = index.this if isinstance(index, exp.Add) else None
+    if not (isinstance(i, exp.Literal) and i.is_int and abs(int(i.name)) < 2**31):
+        return node
+    regex = "".join(c if c.isalnum() else "\\" + c for c in sep.name)
+    text = exp.Nullif(this=part.this.copy(), expression=exp.Literal.string(""))  # Flink: no part
+    split = exp.Anonymous(this="SPLIT", expressions=[text, exp.Literal.string(regex)])
+    return exp.Anonymous(this="GET", expressions=[split, i.copy()])
+
+
 def to_engine_sql(
     query: exp.Expression,
     target: str,
@@ -241,7 +264,7 @@ def to_engine_sql(
     tree = query.copy()
     tree.set("emit", None)
     if target == "spark":
-        tree = tree.transform(_timestamp_trunc)
+        tree = tree.transform(_timestamp_trunc).transform(_split_once)
     for tvf in list(tree.find_all(WindowTVF)):
         data = tvf.this
         name = data.name
