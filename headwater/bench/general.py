@@ -80,7 +80,7 @@ def keyed_bids(rows: int, keys: int, steps: int, seed: int = 0) -> Table:
     items (``k0``, ``k1``, ...) and a unique ``id``."""
     table = bids(rows, steps, steps, seed)
     rng = np.random.default_rng(seed + 1)
-    items = pd.Series(rng.integers(0, keys, rows)).map("k{}".format).astype(object)
+    items = np.char.add("k", rng.integers(0, keys, rows).astype(str)).astype(object)
     frame = table.frame.assign(item=items, id=np.arange(rows, dtype=np.int64))
     return Table(name="Bid", frame=frame, event_time="bidtime", watermarks=table.watermarks)
 
