@@ -13,6 +13,8 @@ arrived, less the pairs a dropped row took with it: a row is dropped per group
 passed; a GROUP BY over a plain column above the join keeps the join key (state
 grows) and still equals the bounded query; the check fails when the groups read
 their whole window of ``s`` rows (each pair then shows in two or three groups).
+With ``EMIT AFTER WATERMARK`` a bucket's pairs show once its group is complete
+(the watermark past the bucket's end and 2 s more), final, and not before.
 """
 
 from __future__ import annotations
@@ -240,6 +242,40 @@ def test_a_group_by_of_a_plain_column_keeps_the_join_key(streams) -> None:
         streams, PER_ID, "SELECT id, COUNT(*) AS n, MIN(ot) AS first FROM kept GROUP BY id"
     )
     assert not len(run.dead_letters)
+
+
+def _watermark_at(streams, as_of: int) -> float:
+    """The query's watermark after the step at ``as_of``: the least of its streams'."""
+    marks = []
+    for table in streams.values():
+        passed = table.watermarks[table.watermarks["ptime"] <= as_of]["watermark"]
+        marks.append(passed.max() if len(passed) else -np.inf)
+    return min(marks)
+
+
+@pytest.mark.parametrize(("text", "core"), [(PAIRS, S_CORE), (PER_SHIPMENT_TIME, S_CORE)])
+def test_emit_after_watermark_shows_each_group_once_complete(streams, text, core) -> None:
+    """EMIT AFTER WATERMARK: a bucket's pairs appear once the watermark passes its
+    group's upper bound (the bucket's end and AFTER more of ``o``'s rows), all at
+    once and final: the bounded query's pairs of that bucket, never withdrawn."""
+    run = sql(text + " EMIT AFTER WATERMARK", streams).run()
+    assert len(run.changes()) and not run.changes()["undo"].any()
+    times = sorted(int(t) for t in pd.concat([t.frame[PTIME] for t in streams.values()]).unique())
+    pairs = bounded(streams, run.dead_letters, times[-1], "SELECT * FROM kept")
+    pair_ends = (pairs[core[0]].astype("datetime64[ms]").astype(np.int64) // BUCKET + 1) * BUCKET
+    outer = "SELECT * FROM kept" if text == PAIRS else text.replace(f"({PAIRS}) p", "kept")
+    shown_before_end = 0
+    for as_of in times[:-1]:
+        mark = _watermark_at(streams, as_of)
+        complete = pairs[(pair_ends + AFTER <= mark).to_numpy()]
+        con = duckdb.connect()
+        con.register("kept", complete)
+        expected = con.sql(outer).df()
+        assert_same_rows(rows(run.table(as_of)), rows(expected), ordered=False, what=f"at {as_of}")
+        shown_before_end += len(expected)
+    assert shown_before_end  # some groups completed before the input ended
+    final = bounded(streams, run.dead_letters, times[-1], outer)
+    assert_same_rows(rows(run.table(None)), rows(final), ordered=False, what="at the end")
 
 
 def test_state_is_the_groups_the_watermark_has_not_passed(streams, monkeypatch) -> None:
