@@ -58,6 +58,7 @@ from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
 from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.stateless import LOCAL
 from headwater.sql.plan.stateless import why_not as stateless_why_not
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -499,8 +500,10 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
     steps = steps_of(sql.query, rows, as_of)
     data = StepInput(rows, EVENT_TIME, KEY, values)
     if each_row_path(sql):
-        lateness = sql.strategy.allowed_lateness
-        changelog, dead = replay_each_row(data, steps, lateness, sql.maintainer, forms, as_of)
+        lateness, wait = sql.strategy.allowed_lateness, sql.query.emit.after_watermark
+        changelog, dead = replay_each_row(
+            data, steps, lateness, sql.maintainer, forms, as_of, wait=wait
+        )
     else:
         reducer = Reducer(sql.strategy, sql.aggregations)
         ttl = state_ttl(sql.query)
@@ -511,7 +514,15 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
 def each_row_path(sql: SqlPlan) -> bool:
     """Whether the replay takes the stateless path (:func:`replay_each_row`): a
     query whose operators take each row on its own, evaluated batched."""
-    return stateless_why_not(sql.query) is None and isinstance(sql.maintainer.batch, BatchQuery)
+    return each_row_why_not(sql) is None
+
+
+def each_row_why_not(sql: SqlPlan) -> str | None:
+    """Why the replay does not take the stateless path (None: it does)."""
+    reason = stateless_why_not(sql.query, LOCAL)
+    if reason is None and not isinstance(sql.maintainer.batch, BatchQuery):
+        return f"its query is not evaluated batched ({sql.maintainer.batch})"
+    return reason
 
 
 #: The processing time of a replayed query's start, before any of its steps: the

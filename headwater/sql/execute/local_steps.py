@@ -145,38 +145,59 @@ def replay_each_row(
     maintainer: Any,
     letters: DeadLetterForms,
     as_of: int | None,
+    wait: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`replay` of a query whose operators take each row on its own
     (:mod:`headwater.sql.plan.stateless`), without stepping: its groups are
-    instants ``[t, t + 1)`` that every row fires at once, so a row is late when
-    its instant, with ``lateness``, ends by the watermark of the steps before its
-    own (as the reducer judges a row against the watermark it holds), and the
-    changes of all steps are one maintainer query over the rows on time."""
+    instants ``[t, t + 1)``, so a row is late when its instant, with
+    ``lateness``, ends by the watermark of the steps before its own (as the
+    reducer judges a row against the watermark it holds), and the changes of all
+    steps are one maintainer query over the rows on time. Each row's changes come
+    at its arrival step, or, if ``wait`` (``EMIT AFTER WATERMARK``), at
+    :func:`completed_at`."""
     ptimes, marks = steps
     dead, valid = _timed_rows(data, letters, as_of)
     at = valid[PTIME].to_numpy(np.int64)
     step = np.searchsorted(ptimes, at, side="left")
     valid, at, step = valid[step < len(ptimes)], at[step < len(ptimes)], step[step < len(ptimes)]
-    before = np.maximum.accumulate(np.r_[MIN_TIMESTAMP, np.asarray(marks, np.int64)])[:-1]
+    held = np.maximum.accumulate(np.asarray(marks, np.int64)) if len(marks) else marks
+    before = np.r_[MIN_TIMESTAMP, held][:-1]
     t = valid[data.event_time].to_numpy(np.float64).astype(np.int64)
     end = t + 1
     late = past_end(end, lateness) <= before[step]  # as the reducer judges a row
     if late.any():
-        dropped = pd.DataFrame(
-            {
-                "key": valid[data.key].to_numpy()[late],
-                "timestamp": t[late],
-                "window_start": t[late],
-                "window_end": end[late],
-                "reason": DropReason.LATE.value,
-            }
-        )
-        for name in data.values:
-            dropped[name] = valid[name].to_numpy()[late]
-        dead.append(letters.dropped(dropped))
+        dead.append(letters.dropped(_late_rows(data, valid, late, t)))
+    if wait:
+        step = np.maximum(step, completed_at(held, end))
     state = maintainer.restore(None)
-    if late.all():
+    due = ~late & (step < len(ptimes))  # the others wait for a watermark not yet come
+    if not due.any():
         changelog = maintainer.apply(pd.DataFrame(), 0, state)
     else:
-        changelog = maintainer.each_row(valid[~late].reset_index(drop=True), at[~late], state)
+        rows = valid[due].reset_index(drop=True)
+        changelog = maintainer.each_row(rows, np.asarray(ptimes, np.int64)[step[due]], state)
     return changelog, _concat_letters(dead)
+
+
+def completed_at(held: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The first step whose watermark (``held``: after each step, monotone) passes
+    each group's ``end``, that is reaches it (``AfterWatermark`` fires when the
+    watermark is at least the end): ``len(held)`` when none does yet."""
+    return np.searchsorted(held, end, side="left")
+
+
+def _late_rows(data: StepInput, valid: pd.DataFrame, late: np.ndarray, t: np.ndarray):
+    """The rows of ``valid`` the reducer would drop as ``late``, in the model's
+    dropped frame (each row its instant's window)."""
+    dropped = pd.DataFrame(
+        {
+            "key": valid[data.key].to_numpy()[late],
+            "timestamp": t[late],
+            "window_start": t[late],
+            "window_end": t[late] + 1,
+            "reason": DropReason.LATE.value,
+        }
+    )
+    for name in data.values:
+        dropped[name] = valid[name].to_numpy()[late]
+    return dropped

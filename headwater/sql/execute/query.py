@@ -23,7 +23,7 @@ from headwater.sql.execute.local import (
     SqlRun,
     bounded_frames,
     compile_sql,
-    each_row_path,
+    each_row_why_not,
     run_bounded,
     run_stream,
     validate,
@@ -33,6 +33,7 @@ from headwater.sql.parse.ddl import state_ttl_ms
 from headwater.sql.parse.dialect import Headwater, parse_query
 from headwater.sql.plan.catalog import Catalog, Table, as_replay
 from headwater.sql.plan.functions import Functions, function_set
+from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.planner import QueryPlan, analyze
 from headwater.sql.plan.proctime import with_processing_time
 from headwater.sql.plan.quality import QualityQuery
@@ -216,17 +217,29 @@ def changelog_batches(log: pd.DataFrame, sink: Any) -> list[Any]:
 
 def _describe_batch(plan: QueryPlan) -> str:
     """Whether the general path evaluates a step's fired groups by one query, and
-    why not (:mod:`headwater.sql.maintain.batch`)."""
+    why not (:mod:`headwater.sql.maintain.batch`); for a query whose operators
+    take each row on its own, whether it runs stateless, and why not."""
     compiled = compile_sql(plan, fast=False)
     batch = compiled.maintainer.batch if isinstance(compiled, SqlPlan) else None
-    if isinstance(compiled, SqlPlan) and each_row_path(compiled):
-        return (
+    stateless = each_row_why_not(compiled) if isinstance(compiled, SqlPlan) else "no"
+    if stateless is None:
+        text = (
             "stateless, one DuckDB query over every row on time (no operator combines "
             "rows: each row's changes are its own), not a query per step"
         )
+        if plan.emit.after_watermark:
+            text += (
+                "; each row's changes at the first step whose watermark passes its"
+                " event time (one search over the steps' watermarks, no timers)"
+            )
+        return text
     if isinstance(batch, BatchQuery):
-        return "batched, one DuckDB query per step over all the groups that fire in it"
-    return f"evaluated per group (one DuckDB query per fired group) because {batch}"
+        text = "batched, one DuckDB query per step over all the groups that fire in it"
+    else:
+        text = f"evaluated per group (one DuckDB query per fired group) because {batch}"
+    if plan.key.kind is KeyKind.ROW and isinstance(compiled, SqlPlan):
+        text += f"; the model's reducer and timers, not stateless, because {stateless}"
+    return text
 
 
 def _describe_spark_path(plan: QueryPlan) -> str:

@@ -1,5 +1,6 @@
-"""Which streaming queries run on Spark without state
-(:mod:`headwater.sql.execute.stateless_spark`).
+"""Which streaming queries run without state: on Spark
+(:mod:`headwater.sql.execute.stateless_spark`) and on the local runner
+(``replay_each_row`` in :mod:`headwater.sql.execute.local_steps`).
 
 A query in which no operator combines rows (:class:`~headwater.sql.plan.keys.KeyKind`
 ``ROW``) maps each row to its own result rows, so each micro-batch's changes are
@@ -10,6 +11,11 @@ table function, every change emitted at once) or why not, so that ``explain()``
 and tests can tell a user which path a query takes, and gives the SELECT that
 also returns each result row's event time, the group the changelog numbers its
 versions in.
+
+The local runner replays a whole recorded stream at once, so it also takes
+``EMIT AFTER WATERMARK``: a row's results then wait for the first step whose
+watermark passes its instant, which one search over the steps' watermarks finds.
+A Spark micro-batch cannot hold rows for a later one without a state store.
 """
 
 from __future__ import annotations
@@ -26,12 +32,15 @@ from headwater.sql.plan.planner import QueryPlan
 EVENT_TIME = "__hw_et"
 #: The groups of a query whose operators take each row on its own: event-time instants.
 _INSTANTS = FixedWindows(timedelta(milliseconds=1))
+#: The runners :func:`why_not` answers for.
+SPARK, LOCAL = "spark", "local"
 #: Clauses of a SELECT that combine rows or read more than the one stream.
 _CLAUSES = ("with_", "joins", "laterals", "distinct", "qualify", "windows", "pivots", "group")
 
 
-def why_not(plan: QueryPlan) -> str | None:
-    """Why the stateless path cannot run ``plan`` on Spark streams (None: it can)."""
+def why_not(plan: QueryPlan, runner: str = SPARK) -> str | None:
+    """Why the stateless path cannot run ``plan`` on ``runner``'s streams (None: it
+    can): :data:`SPARK` or :data:`LOCAL`, which also waits for the watermark."""
     if not plan.is_stream:
         return "it reads no stream"
     if not plan.fast_path:
@@ -40,8 +49,9 @@ def why_not(plan: QueryPlan) -> str | None:
         return f"an operator combines rows ({plan.key.describe(accumulated=None)})"
     if plan.window_fn != _INSTANTS:
         return "it has a windowing table function"
-    if plan.emit.after_watermark or plan.emit.delay:
-        return f"its changes wait ({plan.emit.describe()})"
+    waits = _why_it_waits(plan, runner)
+    if waits is not None:
+        return waits
     if len(plan.streams) != 1 or plan.tables:
         return "it reads more than one table"
     if plan.functions:
@@ -61,6 +71,20 @@ def why_not(plan: QueryPlan) -> str | None:
         return "it has a subquery"
     if any(isinstance(item, exp.Column) and item.is_star for item in query.expressions):
         return "it selects a qualified * (write the columns)"
+    return None
+
+
+def _why_it_waits(plan: QueryPlan, runner: str) -> str | None:
+    """Why ``runner``'s stateless path cannot hold the query's changes as its EMIT
+    clause asks (None: it emits them at once, or can wait)."""
+    emit = plan.emit
+    if emit.delay:  # a timer per group, reset by its rows: the model's timers keep it
+        return f"its changes wait ({emit.describe()}: a processing-time timer per group)"
+    if emit.after_watermark and runner != LOCAL:
+        return (
+            f"its changes wait ({emit.describe()}: a micro-batch cannot hold rows for a"
+            " later one without a state store)"
+        )
     return None
 
 
