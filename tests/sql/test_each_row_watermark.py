@@ -21,7 +21,7 @@ import pytest
 
 import headwater.sql as hsql
 from headwater.sql import read_replay
-from headwater.sql.plan.stateless import LOCAL, why_not
+from headwater.sql.plan.stateless import why_not
 
 QUERIES = (
     "SELECT * FROM Bid",
@@ -188,19 +188,19 @@ def test_a_row_within_the_allowed_lateness_fires_its_instant_again(tmp_path):
 def test_each_runner_says_which_path_and_why(emit, local, spark, tmp_path):
     path = _lines(tmp_path / "one.jsonl", [_row(1, 100_000, "a"), _mark(1, 100_001)])
     query = hsql.sql(f"SELECT item FROM Bid {emit}", {"Bid": read_replay(path, "Bid", "bidtime")})
-    for runner, expected in ((LOCAL, local), ("spark", spark)):
-        found = why_not(query.plan, runner)
+    for holds_rows, expected in ((True, local), (False, spark)):
+        found = why_not(query.plan, holds_rows)
         assert found is None if expected is None else expected in (found or "")
     explained = query.explain()
     if local is None:
         assert "general path evaluation: stateless" in explained
     else:
-        reason = why_not(query.plan, LOCAL)
+        reason = why_not(query.plan, holds_rows=True)
         assert f"the model's reducer and timers, not stateless, because {reason}" in explained
     if spark is None:
         assert "on Spark streams: stateless" in explained
     else:
-        reason = why_not(query.plan, "spark")
+        reason = why_not(query.plan)
         assert f"shard operator (transformWithStateInPandas, state store) because {reason}" in (
             explained
         )

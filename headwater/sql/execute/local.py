@@ -58,7 +58,6 @@ from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
 from headwater.sql.plan.planner import QueryPlan
-from headwater.sql.plan.stateless import LOCAL
 from headwater.sql.plan.stateless import why_not as stateless_why_not
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -519,7 +518,7 @@ def each_row_path(sql: SqlPlan) -> bool:
 
 def each_row_why_not(sql: SqlPlan) -> str | None:
     """Why the replay does not take the stateless path (None: it does)."""
-    reason = stateless_why_not(sql.query, LOCAL)
+    reason = stateless_why_not(sql.query, holds_rows=True)
     if reason is None and not isinstance(sql.maintainer.batch, BatchQuery):
         return f"its query is not evaluated batched ({sql.maintainer.batch})"
     return reason

@@ -32,15 +32,15 @@ from headwater.sql.plan.planner import QueryPlan
 EVENT_TIME = "__hw_et"
 #: The groups of a query whose operators take each row on its own: event-time instants.
 _INSTANTS = FixedWindows(timedelta(milliseconds=1))
-#: The runners :func:`why_not` answers for.
-SPARK, LOCAL = "spark", "local"
 #: Clauses of a SELECT that combine rows or read more than the one stream.
 _CLAUSES = ("with_", "joins", "laterals", "distinct", "qualify", "windows", "pivots", "group")
 
 
-def why_not(plan: QueryPlan, runner: str = SPARK) -> str | None:
-    """Why the stateless path cannot run ``plan`` on ``runner``'s streams (None: it
-    can): :data:`SPARK` or :data:`LOCAL`, which also waits for the watermark."""
+def why_not(plan: QueryPlan, holds_rows: bool = False) -> str | None:
+    """Why the stateless path cannot run ``plan`` (None: it can). ``holds_rows``:
+    the runner can keep a row for a later step (the local replay, which sees the
+    whole stream), so the path also waits for the watermark; a Spark micro-batch
+    cannot without a state store."""
     if not plan.is_stream:
         return "it reads no stream"
     if not plan.fast_path:
@@ -49,7 +49,7 @@ def why_not(plan: QueryPlan, runner: str = SPARK) -> str | None:
         return f"an operator combines rows ({plan.key.describe(accumulated=None)})"
     if plan.window_fn != _INSTANTS:
         return "it has a windowing table function"
-    waits = _why_it_waits(plan, runner)
+    waits = _why_it_waits(plan, holds_rows)
     if waits is not None:
         return waits
     if len(plan.streams) != 1 or plan.tables:
@@ -74,13 +74,13 @@ def why_not(plan: QueryPlan, runner: str = SPARK) -> str | None:
     return None
 
 
-def _why_it_waits(plan: QueryPlan, runner: str) -> str | None:
-    """Why ``runner``'s stateless path cannot hold the query's changes as its EMIT
+def _why_it_waits(plan: QueryPlan, holds_rows: bool) -> str | None:
+    """Why the stateless path cannot hold the query's changes as its EMIT
     clause asks (None: it emits them at once, or can wait)."""
     emit = plan.emit
     if emit.delay:  # a timer per group, reset by its rows: the model's timers keep it
         return f"its changes wait ({emit.describe()}: a processing-time timer per group)"
-    if emit.after_watermark and runner != LOCAL:
+    if emit.after_watermark and not holds_rows:
         return (
             f"its changes wait ({emit.describe()}: a micro-batch cannot hold rows for a"
             " later one without a state store)"
