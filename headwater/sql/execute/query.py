@@ -225,7 +225,17 @@ def _describe_batch(plan: QueryPlan) -> str:
             "rows: each row's changes are its own), not a query per step"
         )
     if isinstance(batch, BatchQuery):
-        return "batched, one DuckDB query per step over all the groups that fire in it"
+        text = "batched, one DuckDB query per step over all the groups that fire in it"
+        append = compiled.maintainer.append
+        if append is None:
+            return (
+                f"{text}; append-only (selections, projections and inner joins, each "
+                "stream read once): a step evaluates only its new rows' pairs and "
+                "inserts them, no diff against the last result"
+            )
+        return (
+            f"{text}, and each fired group's rows diffed against its last result because {append}"
+        )
     return f"evaluated per group (one DuckDB query per fired group) because {batch}"
 
 
