@@ -105,6 +105,8 @@ class WindowTable:
         self.keys = pd.Index([], dtype=object)
         self.cols = self.empty(0)
         self._index: pd.Index | None = None
+        #: column -> an array with room to grow, whose first rows ``cols`` views
+        self._backing: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.cols["key"])
@@ -149,9 +151,27 @@ class WindowTable:
         full = self.empty(n)
         full.update(new)
         for name in self.cols:
-            self.cols[name] = concat(self.cols[name], full[name])
+            self.cols[name] = self._grown(name, full[name])
         self._index = None
         return np.arange(base, base + n)
+
+    def _grown(self, name: str, values: np.ndarray) -> np.ndarray:
+        """:func:`concat` of column ``name`` and ``values``, written into the room
+        of the column's backing array when the column is still its view and the
+        dtype is the same (a step's new windows copy no rows kept; the backing
+        doubles when full)."""
+        current = self.cols[name]
+        backing = self._backing.get(name)
+        end = len(current) + len(values)
+        dtype = object if object in (current.dtype, values.dtype) else None
+        dtype = dtype or np.result_type(current.dtype, values.dtype)
+        fits = backing is not None and len(backing) >= end and backing.dtype == dtype
+        if not (fits and current.base is backing and current.ndim == 1):
+            backing = np.empty(max(2 * end, 16), dtype=dtype)
+            backing[: len(current)] = current
+            self._backing[name] = backing
+        backing[len(current) : end] = values
+        return backing[:end]
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the rows where ``mask`` is true."""
