@@ -16,8 +16,8 @@ from fuzz_grammar import joined, make_replay
 from headwater.sql import sql
 from headwater.sql.errors import SqlError
 from headwater.sql.execute.local import compile_sql
+from headwater.sql.maintain import groups
 from headwater.sql.maintain.append import append_why_not
-from headwater.sql.maintain.groups import GroupMaintainer
 
 #: Joins of the fuzzer's streams, by hand: the path each must take.
 APPEND = [
@@ -46,7 +46,7 @@ def _runs(text: str, replay, monkeypatch):
     taken = compile_sql(query.plan, fast=False).maintainer.append is None
     fast = query.run(None)
     with monkeypatch.context() as patch:
-        patch.setattr(GroupMaintainer, "_append_why_not", lambda self, expiring: "off")
+        patch.setattr(groups, "append_why_not", lambda text, streams: "off")
         full = sql(text, tables=replay.tables).run(None)
     return fast, full, taken
 
