@@ -105,6 +105,11 @@ class WindowTable:
         self.keys = pd.Index([], dtype=object)
         self.cols = self.empty(0)
         self._index: pd.Index | None = None
+        #: column -> an array with room to grow, whose first rows ``cols`` views
+        self._backing: dict[str, np.ndarray] = {}
+        #: the code of each key of ``_codes_of`` (``keys`` when still current)
+        self._codes: dict = {}
+        self._codes_of: pd.Index | None = None
 
     def __len__(self) -> int:
         return len(self.cols["key"])
@@ -149,9 +154,27 @@ class WindowTable:
         full = self.empty(n)
         full.update(new)
         for name in self.cols:
-            self.cols[name] = concat(self.cols[name], full[name])
+            self.cols[name] = self._grown(name, full[name])
         self._index = None
         return np.arange(base, base + n)
+
+    def _grown(self, name: str, values: np.ndarray) -> np.ndarray:
+        """:func:`concat` of column ``name`` and ``values``, written into the room
+        of the column's backing array when the column is still its view and the
+        dtype is the same (a step's new windows copy no rows kept; the backing
+        doubles when full)."""
+        current = self.cols[name]
+        backing = self._backing.get(name)
+        end = len(current) + len(values)
+        dtype = object if object in (current.dtype, values.dtype) else None
+        dtype = dtype or np.result_type(current.dtype, values.dtype)
+        fits = backing is not None and len(backing) >= end and backing.dtype == dtype
+        if not (fits and current.base is backing and current.ndim == 1):
+            backing = np.empty(max(2 * end, 16), dtype=dtype)
+            backing[: len(current)] = current
+            self._backing[name] = backing
+        backing[len(current) : end] = values
+        return backing[:end]
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the rows where ``mask`` is true."""
@@ -207,6 +230,10 @@ class WindowTable:
 
     def encode_keys(self, keys) -> np.ndarray:
         """The int64 code of each key, adding unseen keys to the dictionary."""
+        if not isinstance(keys, pd.Index):
+            values = np.asarray(keys, dtype=object)
+            if values.ndim == 1 and all(type(k) is str for k in values):
+                return self._encode_texts(values)
         keys = pd.Index(np.asarray(keys, dtype=object) if not isinstance(keys, pd.Index) else keys)
         codes = self.keys.get_indexer(keys)
         if (codes < 0).any():
@@ -214,6 +241,25 @@ class WindowTable:
             self.keys = self.keys.append(pd.Index(new, dtype=object))
             codes = self.keys.get_indexer(keys)
         return codes.astype(np.int64)
+
+    def _encode_texts(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`encode_keys` of text keys (a ``str`` equals only a ``str``, as in
+        the index) by a dictionary kept across steps: a step hashes its own keys,
+        not every key again (the index's hash table is rebuilt whenever it grows)."""
+        if self._codes_of is not self.keys:  # changed elsewhere (forgotten, loaded)
+            self._codes = {k: i for i, k in enumerate(self.keys)}
+        codes, new, size = self._codes, [], len(self.keys)
+        out = np.empty(len(values), dtype=np.int64)
+        for i, key in enumerate(values):
+            code = codes.get(key)
+            if code is None:
+                code = codes[key] = size + len(new)
+                new.append(key)
+            out[i] = code
+        if new:
+            self.keys = self.keys.append(pd.Index(new, dtype=object))
+        self._codes_of = self.keys
+        return out
 
     def decode_keys(self, codes: np.ndarray) -> np.ndarray:
         """The keys of ``codes`` (an object array)."""

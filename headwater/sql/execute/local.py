@@ -323,6 +323,7 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
             batched,
             plan.functions,
             one_group=plan.key.kind is KeyKind.NONE,
+            expiring=state_ttl(plan) is not None,
         )
     except SqlError as exc:
         raise _engine_error(exc, plan) from None

@@ -235,6 +235,15 @@ def _describe_batch(plan: QueryPlan) -> str:
         return text
     if isinstance(batch, BatchQuery):
         text = "batched, one DuckDB query per step over all the groups that fire in it"
+        append = compiled.maintainer.append
+        if append is None:
+            text += (
+                "; append-only (selections, projections and inner joins, each stream read "
+                "once): a step evaluates only its new rows' pairs and inserts them, no diff "
+                "against the last result"
+            )
+        else:
+            text += f", and each fired group's rows diffed against its last result because {append}"
     else:
         text = f"evaluated per group (one DuckDB query per fired group) because {batch}"
     if plan.key.kind is KeyKind.ROW and isinstance(compiled, SqlPlan):

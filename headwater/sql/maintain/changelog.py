@@ -25,6 +25,46 @@ GROUP_COLUMNS = ("__gk", "__gs", "__ge")
 _SEQ = "__hw_seq"
 
 
+class _Chunk:
+    """Rows of :attr:`Materializer.last` added together, those still live, and
+    their groups' hashes (computed when first needed)."""
+
+    __slots__ = ("frame", "hashes", "live")
+
+    def __init__(self, frame: pd.DataFrame, hashes: np.ndarray | None = None) -> None:
+        self.frame, self.hashes, self.live = frame, hashes, None
+
+    def hashed(self) -> np.ndarray:
+        if self.hashes is None:
+            self.hashes = group_hashes(self.frame)
+        return self.hashes
+
+    def kill(self, gone: np.ndarray) -> None:
+        """Mark the rows where ``gone`` replaced or withdrawn."""
+        self.live = ~gone if self.live is None else self.live & ~gone
+
+    def size(self) -> int:
+        return len(self.frame) if self.live is None else int(self.live.sum())
+
+    def rows(self) -> tuple[pd.DataFrame, np.ndarray | None]:
+        """The live rows and their hashes (None if not computed)."""
+        if self.live is None:
+            return self.frame, self.hashes
+        hashes = None if self.hashes is None else self.hashes[self.live]
+        return self.frame[self.live], hashes
+
+
+def _joined(chunks: list[_Chunk]) -> _Chunk:
+    """One chunk of the live rows of ``chunks``, in their order."""
+    if len(chunks) == 1 and chunks[0].live is None:
+        return chunks[0]
+    parts = [c.rows() for c in chunks]
+    parts = [p for p in parts if len(p[0])] or parts[-1:]  # empty frames type nothing
+    frame = pd.concat([f for f, _ in parts], ignore_index=True)
+    known = all(h is not None for _, h in parts)
+    return _Chunk(frame, np.concatenate([h for _, h in parts]) if known else None)
+
+
 def _numbered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Each row with its occurrence number among equal rows (a multiset as a set)."""
     out = frame.copy()
@@ -53,14 +93,17 @@ def _same_groups(a: pd.DataFrame, ia: np.ndarray, b: pd.DataFrame, ib: np.ndarra
     return out
 
 
-def _hashed_member(hashes: np.ndarray, frame: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
+def _hashed_member(
+    hashes: np.ndarray, frame: pd.DataFrame, keys: pd.DataFrame, hashed=None
+) -> np.ndarray:
     """:func:`member_of` of ``frame``'s groups (``hashes``: theirs) in ``keys``: each
     row whose hash a key has is compared with that key; a hash two groups share
-    falls back to the exact test on those rows."""
+    falls back to the exact test on those rows. ``hashed``: the keys' distinct
+    hashes and the first key of each, when known."""
     hit = np.zeros(len(frame), dtype=bool)
     if not len(frame) or not len(keys):
         return hit
-    unique, first = np.unique(group_hashes(keys), return_index=True)
+    unique, first = hashed or np.unique(group_hashes(keys), return_index=True)
     pos = np.minimum(np.searchsorted(unique, hashes), len(unique) - 1)
     maybe = unique[pos] == hashes
     candidates = np.flatnonzero(maybe)
@@ -214,13 +257,18 @@ class Materializer:
 
     Each row of :attr:`last` and :attr:`versions` keeps its group's hash
     (:func:`group_hashes`), so that a step's work follows the groups that fired,
-    not every group kept."""
+    not every group kept. Rows only added (:meth:`added`) wait in chunks until
+    :attr:`last` is read, so that a step of inserts copies none of the rows kept.
+
+    :attr:`seen`: for a query whose groups only grow (its maintainer's
+    ``append``), how many of each group's rows were evaluated, by window end
+    then ``(key, start)``; None when not known (the full evaluation then)."""
 
     def __init__(self, columns: list[str]) -> None:
         self.columns = list(columns)
         self._keys = [*GROUP_COLUMNS, *self.columns]
-        self._last: pd.DataFrame | None = None
-        self._last_hash: np.ndarray | None = None
+        #: the rows of :attr:`last`, in order (None: no results yet)
+        self._chunks: list[_Chunk] | None = None
         self._versions = pd.DataFrame(
             {
                 "__gk": pd.Series(dtype=object),
@@ -230,15 +278,81 @@ class Materializer:
             }
         )
         self._versions_hash: np.ndarray | None = None
+        self.seen: dict[int, dict[tuple[str, int], int]] | None = None
 
     @property
     def last(self) -> pd.DataFrame | None:
         """The last materialized rows of every group (typed by the first results)."""
-        return self._last
+        if self._chunks is None:
+            return None
+        self._chunks = [_joined(self._chunks)]
+        return self._chunks[0].frame
 
     @last.setter
     def last(self, frame: pd.DataFrame | None) -> None:
-        self._last, self._last_hash = frame, None
+        self._chunks = None if frame is None else [_Chunk(frame)]
+
+    def _add_chunk(self, frame: pd.DataFrame, hashes: np.ndarray | None) -> None:
+        """Append rows to :attr:`last`: a chunk, joined with the chunks before it not
+        twice its size (so that there are few chunks and a row is copied about
+        log(n) times), and all of them joined once most rows are dead."""
+        chunks = self._chunks
+        chunks.append(_Chunk(frame, hashes))
+        while len(chunks) > 1 and chunks[-2].size() <= 2 * chunks[-1].size():
+            chunks[-2:] = [_joined(chunks[-2:])]
+        live = sum(c.size() for c in chunks)
+        if len(chunks) > 1 and 2 * live < sum(len(c.frame) for c in chunks):
+            self._chunks = [_joined(chunks)]
+
+    def seen_rows(self, fired: pd.DataFrame) -> np.ndarray:
+        """How many rows of each group of ``fired`` were evaluated (0: none yet)."""
+        seen = self.seen or {}
+        out = np.zeros(len(fired), dtype=np.int64)
+        groups = zip(fired["__gk"], fired["__gs"].tolist(), fired["__ge"].tolist(), strict=True)
+        for i, (key, start, end) in enumerate(groups):
+            out[i] = seen.get(end, {}).get((key, start), 0)
+        return out
+
+    def saw(self, fired: pd.DataFrame, lengths: np.ndarray, gone: pd.DataFrame | None = None):
+        """Record that the groups of ``fired`` had ``lengths`` rows evaluated, and
+        that the groups of ``gone`` no longer exist."""
+        if self.seen is None:
+            return
+        for group, count in ((gone, 0), (fired, None)):
+            if group is None or not len(group):
+                continue
+            columns = zip(
+                group["__gk"], group["__gs"].tolist(), group["__ge"].tolist(), strict=True
+            )
+            for i, (key, start, end) in enumerate(columns):
+                if count is None:
+                    self.seen.setdefault(end, {})[(key, start)] = int(lengths[i])
+                else:
+                    self.seen.get(end, {}).pop((key, start), None)
+
+    def added(self, fired: pd.DataFrame, added: pd.DataFrame, ptime: int) -> pd.DataFrame | None:
+        """The changelog of a step whose groups (``fired``) only gained the rows
+        ``added`` (``GROUP_COLUMNS`` + the query's columns), as :meth:`apply` gives
+        it; None (nothing done) where :meth:`apply`'s diff could pair rows
+        otherwise: a float zero (0.0 and -0.0 are equal) or values that do not sort."""
+        if not len(fired):
+            return self._empty()
+        new = added[self._keys]
+        for c in self.columns:
+            column = new[c]
+            if column.dtype.kind == "f" and (column.to_numpy() == 0).any():
+                return None
+        change = _sorted_change(new.iloc[:0], new, self._keys) if len(new) else new
+        if change is None:
+            return None
+        if self._chunks is None:
+            self._chunks = [_Chunk(new.iloc[:0], np.zeros(0, dtype=np.uint64))]
+        if len(new):
+            self._add_chunk(new, None)
+        if not len(change):
+            return self._empty()
+        change["ptime"] = ptime
+        return self._versioned(change)
 
     @property
     def versions(self) -> pd.DataFrame:
@@ -248,11 +362,6 @@ class Materializer:
     @versions.setter
     def versions(self, frame: pd.DataFrame) -> None:
         self._versions, self._versions_hash = frame, None
-
-    def _hashes_of_last(self) -> np.ndarray:
-        if self._last_hash is None:
-            self._last_hash = group_hashes(self._last)
-        return self._last_hash
 
     def _hashes_of_versions(self) -> np.ndarray:
         if self._versions_hash is None:
@@ -271,24 +380,30 @@ class Materializer:
         group = list(GROUP_COLUMNS)
         fired = fired[group].drop_duplicates()
         new = results[self._keys]
-        if self._last is None:
-            last, last_hash = new.iloc[:0], np.zeros(0, dtype=np.uint64)
-        else:
-            last, last_hash = self._last, self._hashes_of_last()
-        is_fired = _hashed_member(last_hash, last, fired)
-        old = last[is_fired]
-        change = self._change(old, new)
-        kept = ~is_fired
-        new_hash = group_hashes(new)
-        if kept.any():
-            self._last = pd.concat([last[kept], new], ignore_index=True)
-            self._last_hash = np.r_[last_hash[kept], new_hash]
-        else:
-            self._last, self._last_hash = new.copy(), new_hash
+        if self._chunks is None:
+            self._chunks = [_Chunk(new.iloc[:0], np.zeros(0, dtype=np.uint64))]
+        change = self._change(self._replaced(fired), new)
+        self._add_chunk(new, group_hashes(new))
         if not len(change):
             return self._empty()
         change["ptime"] = ptime
         return self._versioned(change)
+
+    def _replaced(self, fired: pd.DataFrame) -> pd.DataFrame:
+        """The live rows of :attr:`last` of the groups of ``fired``, in order, which
+        are marked dead (the fired groups' new rows replace them)."""
+        hashed = np.unique(group_hashes(fired), return_index=True)
+        old = []
+        for chunk in self._chunks:
+            hit = _hashed_member(chunk.hashed(), chunk.frame, fired, hashed)
+            if chunk.live is not None:
+                hit &= chunk.live
+            if hit.any():
+                old.append(chunk.frame[hit])
+                chunk.kill(hit)
+        if not old:
+            return self._chunks[0].frame.iloc[:0]
+        return old[0] if len(old) == 1 else pd.concat(old, ignore_index=True)
 
     def _change(self, old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
         """The withdrawn rows of ``old`` and the added rows of ``new`` (``undo``), in
@@ -330,17 +445,15 @@ class Materializer:
     def expire(self, horizon: int) -> None:
         """Forget the groups whose windows end at or before ``horizon``: the model
         has collected them, so they never fire again."""
-        if self._last is not None and len(self._last):
-            self._keep_last(self._last["__ge"].to_numpy(np.int64) > horizon)
+        if self.seen is not None:
+            for end in [e for e in self.seen if e <= horizon]:
+                del self.seen[end]
+        for chunk in self._chunks or ():
+            ended = chunk.frame["__ge"].to_numpy(np.int64) <= horizon
+            if ended.any():
+                chunk.kill(ended)
         if len(self._versions):
             self._keep_versions(self._versions["__ge"].to_numpy(np.int64) > horizon)
-
-    def _keep_last(self, live: np.ndarray) -> None:
-        """Keep the rows of :attr:`last` where ``live`` (and their hashes)."""
-        if not live.all():
-            self._last = self._last[live]
-            if self._last_hash is not None:
-                self._last_hash = self._last_hash[live]
 
     def _keep_versions(self, live: np.ndarray) -> None:
         """Keep the rows of :attr:`versions` where ``live`` (and their hashes)."""
@@ -356,9 +469,10 @@ class Materializer:
         consumer ordering by ``ptime, ver`` withdraws before it adds."""
         if self.last is None or not len(keys):
             return self._empty()
+        self.seen = None  # a key started afresh: its rows counted from 0 again
         gone = self.last["__gk"].isin(keys).to_numpy(bool)
         change = self.last[gone].assign(undo=True, ptime=ptime)
-        self._keep_last(~gone)
+        self._chunks[0].kill(gone)
         return self._versioned(change) if len(change) else self._empty()
 
     def forget_versions(self, keys: np.ndarray) -> None:

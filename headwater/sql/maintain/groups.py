@@ -29,6 +29,7 @@ from headwater.model.schema import Field
 from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
 from headwater.sql.errors import SqlError
+from headwater.sql.maintain.append import append_why_not
 from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer
 from headwater.sql.plan.functions import ScalarFunction, function_error, register_duckdb
@@ -143,7 +144,12 @@ class GroupMaintainer:
     ``functions``: the user functions the query calls. ``one_group``: the query
     is maintained as :data:`ONE_GROUP` (its key is none), which exists before
     any row: its result over no rows (a global aggregate's one row of
-    ``COUNT(*) = 0``) is the query's first version (:meth:`begin`)."""
+    ``COUNT(*) = 0``) is the query's first version (:meth:`begin`).
+    ``expiring``: the keys' state has a time-to-live (their rows are withdrawn
+    in the order they were evaluated in, so each step evaluates all of them).
+
+    :attr:`append` is None when a step's changes are only the new rows of its
+    groups' linear terms (:mod:`headwater.sql.maintain.append`), else why not."""
 
     def __init__(
         self,
@@ -154,6 +160,7 @@ class GroupMaintainer:
         batched: bool = True,
         functions: tuple[ScalarFunction, ...] = (),
         one_group: bool = False,
+        expiring: bool = False,
     ) -> None:
         self.text = text
         self.streams = streams
@@ -176,6 +183,19 @@ class GroupMaintainer:
         self.batch: BatchQuery | str = "per-group evaluation was asked for"
         if batched:
             self.batch = self._checked(plan_batch(text, [s.name for s in streams]), empty)
+        self.append = self._append_why_not(expiring)
+
+    def _append_why_not(self, expiring: bool) -> str | None:
+        """Why a step's changes are not the rows of the linear terms (None: they are)."""
+        if not isinstance(self.batch, BatchQuery):
+            return "its groups are evaluated one by one"
+        if expiring:
+            return "its keys' state expires (withdrawn in the order of a full evaluation)"
+        if self.initial is not None and len(self.initial):
+            return "its result over no rows is not empty"
+        if any(pa.types.is_nested(t) for t in self.schema.types):
+            return "a result column holds lists, structs or maps (compared as a whole)"
+        return append_why_not(self.text, [s.name for s in self.streams])
 
     def _checked(self, batch: BatchQuery | str, empty: dict[str, pa.Table]) -> BatchQuery | str:
         """``batch`` if DuckDB binds it to the query's columns and types, then ``__gid``."""
@@ -225,6 +245,10 @@ class GroupMaintainer:
         state = Materializer(self.columns)
         if self.initial is not None and not blob:  # the first version (see begin)
             state.apply(self.initial[list(GROUP_COLUMNS)], self.initial, MIN_TIMESTAMP)
+        if self.append is None and not blob:
+            # the rows evaluated per group; a snapshot keeps none (a restored state
+            # evaluates every fired group's rows)
+            state.seen = {}
         if blob:
             version, last, versions = pickle.loads(blob)
             if version != SNAPSHOT_VERSION:
@@ -260,11 +284,54 @@ class GroupMaintainer:
         withdrawn = panes["is_retraction"].astype(bool).to_numpy()
         new = panes[~withdrawn].drop_duplicates(_WINDOW, keep="last")
         fired = _groups(new)
+        lengths = new[SOURCE].map(len).to_numpy(np.int64)
+        if state.seen is not None and not withdrawn.any():
+            seen = state.seen_rows(fired)
+            if (lengths >= seen).all():
+                added = self._increments(new, fired, seen)
+                change = state.added(fired, added, now)
+                if change is not None:
+                    state.saw(fired, lengths)
+                    return change
         results = self.results(new, fired)
         # A retraction of a group that did not fire again is a window merged into
         # another one (a session bridged by later data): it no longer exists.
         gone = _groups(panes[withdrawn])
-        return state.apply(pd.concat([fired, gone], ignore_index=True), results, now)
+        change = state.apply(pd.concat([fired, gone], ignore_index=True), results, now)
+        state.saw(fired, lengths, gone)
+        return change
+
+    def _increments(self, panes: pd.DataFrame, fired: pd.DataFrame, seen: np.ndarray):
+        """The rows a step adds to the result of each group of ``panes`` (one pane
+        each, ``seen[g]`` of its rows evaluated before): for each stream ``i``, the
+        query over the new rows of the streams before ``i``, ``i``'s new rows and
+        the old rows of the streams after it, one DuckDB query over all groups and
+        terms (a term with no rows of some stream gives none, and is left out)."""
+        lengths = panes[SOURCE].map(len).to_numpy(np.int64)
+        n, count = len(self.streams), len(panes)
+        gid = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        position = np.arange(len(gid), dtype=np.int64) - np.repeat(
+            np.cumsum(lengths) - lengths, lengths
+        )
+        fresh = position >= seen[gid]
+        source = _flat(panes[SOURCE]).astype(np.int64)
+        rows, tags = [], []
+        for i in range(n):
+            taken = (source < i) | ((source == i) & fresh) | ((source > i) & ~fresh)
+            full = np.ones(count, dtype=bool)
+            for j in range(n):
+                full &= np.bincount(gid[taken & (source == j)], minlength=count) > 0
+            picked = np.flatnonzero(taken & full[gid])
+            rows.append(picked)
+            tags.append(gid[picked] + i * count)
+        picked, tag = np.concatenate(rows), np.concatenate(tags)
+        if not len(picked):
+            return pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns])
+        flat = {u: _flat(panes[u])[picked] for s in self.streams for u in s.union}
+        starts = np.tile(fired["__gs"].to_numpy(np.int64), n)
+        ends = np.tile(fired["__ge"].to_numpy(np.int64), n)
+        out, at = self._tagged(self.batch.text, flat, source[picked], tag, (starts, ends))
+        return pd.concat([fired.iloc[at % count].reset_index(drop=True), out], axis=1)
 
     def results(self, panes: pd.DataFrame, fired: pd.DataFrame) -> pd.DataFrame:
         """The result rows of the groups of ``panes`` (one pane each; ``fired``: their
