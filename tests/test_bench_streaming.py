@@ -71,5 +71,6 @@ def test_bench_streaming_json(spark, tmp_path, capsys):
         phases = engine["first_batch_ms"]
         assert phases["triggerExecution"] == round(engine["first_batch_s"] * 1000)
         assert "queryPlanning" in phases and "addBatch" in phases
+        assert engine["cpu_s"] > 0  # the JVM's and the workers' CPU, not only the driver's
     assert result["ratio"] > 0 and result["steady_ratio"] > 0
     assert report["ratio"] > 0

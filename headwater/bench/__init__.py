@@ -9,7 +9,10 @@ SQL query, bounded and streaming) against the hand-written native Spark query,
 runner on the same timeline, ``general`` (the SQL general path, a step's groups
 by one DuckDB query) against one query per group, ``keyed`` (an unwindowed
 keyed aggregate on the fast path) against the general path, ``demo`` (the demo's small
-micro-batches) against Spark's own windowed aggregate, phase by phase.
+micro-batches) against Spark's own windowed aggregate, phase by phase;
+``versions`` runs any of them from this checkout and from an earlier git
+revision, alternated, with each run's CPU seconds (the previous version as the
+reference).
 """
 
 from __future__ import annotations

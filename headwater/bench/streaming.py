@@ -59,6 +59,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headwater.bench import HelpFormatter
+from headwater.bench.cputime import tree_cpu_seconds
 from headwater.io.arrival import in_arrival_order
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -371,23 +372,30 @@ def measure(spark, work: str, src: str, keys: int, engines, args) -> dict[str, l
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
     for _ in range(max(1, args.repeat)):
         for name, fn in engines.items():
-            runs[name].append(fn(spark, src, checkpoint(name), args))
+            before = tree_cpu_seconds()
+            run = fn(spark, src, checkpoint(name), args)
+            after = tree_cpu_seconds()
+            run["cpu_s"] = None if before is None or after is None else after - before
+            runs[name].append(run)
     return runs
 
 
 def summary(rs: list[dict[str, Any]], rows: int) -> dict[str, Any]:
-    """One engine's runs: medians (total, first batch, steady state), the Spark
-    phases of the median first batch and the last run's batches, output and Spark
-    phases (summed over its batches)."""
+    """One engine's runs: medians (total, first batch, steady state, CPU seconds of
+    the process tree: :mod:`headwater.bench.cputime`), the Spark phases of the median
+    first batch and the last run's batches, output and Spark phases (summed over
+    its batches)."""
     seconds = sorted(r["seconds"] for r in rs)
     median = seconds[len(seconds) // 2]
     steady = sorted(r["steady_s"] for r in rs)[len(rs) // 2]
     median_first = sorted(rs, key=lambda r: r["first_batch_s"])[len(rs) // 2]
     first = median_first["first_batch_s"]
     last = rs[-1]
+    cpu = sorted(r["cpu_s"] for r in rs if r.get("cpu_s") is not None)
     return {
         "rows_per_s": round(rows / median),
         "median_s": round(median, 3),
+        "cpu_s": round(cpu[len(cpu) // 2], 1) if cpu else None,
         "seconds": [round(r["seconds"], 2) for r in rs],
         "first_batch_s": round(first, 3),
         "first_batch_ms": median_first["first_batch_ms"],
