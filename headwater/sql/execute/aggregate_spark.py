@@ -66,11 +66,34 @@ def _spark_type(t: pa.DataType) -> str:
     return "string"
 
 
+#: The column of the runner's dead letters that holds each dropped row's event time.
+EVENT_TIME_LETTER = "event_time"
+
+
+def carried_sources(sql: AggregatePlan) -> dict[str, str]:
+    """Each column a live stream's dead letters carry
+    (:func:`~headwater.sql.execute.aggregate_local.carried`) -> the column of the
+    runner's dead letters that holds it: the projection's own column where it ships
+    the stream's column unchanged (an aggregate's argument; the event time, which
+    every dead letter has as :data:`EVENT_TIME_LETTER`), so that a row's values
+    cross the shuffle once; its own ``__r<i>`` for the others."""
+    table = sql.shape.stream
+    shipped = {expr: name for name, expr in sql.projection.args["spark"].items()}
+    sources = {}
+    for name, f in zip(carried(sql), sql.schema, strict=True):
+        if pa.types.is_timestamp(f.type):
+            same = f.name == table.event_time and not table.permissive
+            sources[name] = EVENT_TIME_LETTER if same else name
+        else:
+            sources[name] = shipped.get(f"`{f.name}`", name)
+    return sources
+
+
 def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry: bool = False):
     """The pre-projection of the stream ``df`` (the stream's own columns): key,
     WHERE flag, aggregate arguments and the event time ``__et``; with ``carry``,
-    the row's columns for its dead letters
-    (:func:`~headwater.sql.execute.aggregate_local.carried`)."""
+    the row's columns for its dead letters that the projection does not already
+    ship (:func:`carried_sources`)."""
     items = [*sql.projection.select("spark")]
     table = sql.shape.stream
     items.append(f"{event_time_sql(table, f'`{table.event_time}`')} AS {ET}")
@@ -78,7 +101,10 @@ def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry:
     if carry and table.permissive:
         items += [f"`{c}`" for c in CARRIED]
     if carry:
+        sources = carried_sources(sql)
         for name, f in zip(carried(sql), sql.schema, strict=True):
+            if sources[name] != name:
+                continue
             value = f"`{f.name}`"
             if pa.types.is_timestamp(f.type):
                 value = f"unix_millis(CAST({value} AS TIMESTAMP))"
@@ -254,10 +280,10 @@ def dead_letter_frame(sql: AggregatePlan, out):
         F.timestamp_millis(F.col("window_start")).alias("window_start"),
         F.timestamp_millis(F.col("window_end")).alias("window_end"),
     ]
-    columns = carried(sql)
-    if set(columns) <= set(rows.columns):
+    columns = carried_sources(sql)
+    if set(columns.values()) <= set(rows.columns):
         for name, f in zip(columns, sql.schema, strict=True):
-            value = F.col(name)
+            value = F.col(columns[name])
             items.append(
                 (F.timestamp_millis(value) if pa.types.is_timestamp(f.type) else value).alias(
                     f.name
@@ -298,6 +324,12 @@ def _partial_columns(sql: AggregatePlan) -> list:
     return items
 
 
+def _carried_columns(sql: AggregatePlan) -> tuple[str, ...]:
+    """The packet columns the dead letters carry (the event time is every letter's own)."""
+    sources = carried_sources(sql).values()
+    return tuple(dict.fromkeys(s for s in sources if s != EVENT_TIME_LETTER))
+
+
 def live_output(
     sql: AggregatePlan,
     *,
@@ -324,7 +356,7 @@ def live_output(
         table.watermark,
         lift=lift,
         num_shards=num_shards,
-        carry=(*carried(sql), *(CARRIED if table.permissive else ())),
+        carry=(*_carried_columns(sql), *(CARRIED if table.permissive else ())),
         end_of_input=end_of_input,
     )
 
