@@ -78,14 +78,15 @@ def carried_sources(sql: AggregatePlan) -> dict[str, str]:
     every dead letter has as :data:`EVENT_TIME_LETTER`), so that a row's values
     cross the shuffle once; its own ``__r<i>`` for the others."""
     table = sql.shape.stream
-    shipped = {expr: name for name, expr in sql.projection.args["spark"].items()}
+    # An argument that is the column itself, written bare or quoted.
+    shipped = {expr.strip("`"): name for name, expr in sql.projection.args["spark"].items()}
     sources = {}
     for name, f in zip(carried(sql), sql.schema, strict=True):
         if pa.types.is_timestamp(f.type):
             same = f.name == table.event_time and not table.permissive
             sources[name] = EVENT_TIME_LETTER if same else name
         else:
-            sources[name] = shipped.get(f"`{f.name}`", name)
+            sources[name] = shipped.get(f.name, name)
     return sources
 
 

@@ -1,0 +1,42 @@
+"""Which packet column holds each of a dead letter's columns on the Spark fast path
+(:func:`~headwater.sql.execute.aggregate_spark.carried_sources`): a column the
+projection already ships unchanged is read from there, so a row's values cross
+the shuffle once; every other column travels as its own ``__r<i>``.
+
+That the dead letters still hold whole rows on Spark is checked by the bad-input
+suite (tests/bad_input), over late rows, malformed lines and null event times."""
+
+from __future__ import annotations
+
+import pytest
+
+from headwater.sql import read_replay
+from headwater.sql import sql as hsql
+from headwater.sql.execute.aggregate_local import AggregatePlan, carried
+from headwater.sql.execute.aggregate_spark import EVENT_TIME_LETTER, carried_sources
+from headwater.sql.execute.local import compile_sql
+
+PAPER = "tests/sql/data/paper/bids.jsonl"
+WINDOW = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '10' MINUTE)"
+
+
+def _sources(select: str) -> dict[str, str]:
+    table = read_replay(PAPER, "Bid", "bidtime")
+    text = f"SELECT wstart, wend, {select} FROM {WINDOW} GROUP BY wstart, wend"
+    plan = compile_sql(hsql(text, {"Bid": table}).plan)
+    assert isinstance(plan, AggregatePlan)
+    names = {column: name for name, column in zip(carried(plan), plan.schema.names, strict=True)}
+    sources = carried_sources(plan)
+    return {column: sources[names[column]] for column in plan.schema.names}
+
+
+def test_an_argument_shipped_unchanged_and_the_event_time_are_not_carried_twice() -> None:
+    sources = _sources("SUM(price) AS total")
+    assert sources["bidtime"] == EVENT_TIME_LETTER
+    assert sources["price"].startswith("__x")  # the SUM's own argument column
+    assert sources["item"].startswith("__r")  # nothing else ships it
+
+
+@pytest.mark.parametrize("select", ["SUM(price * 2) AS total", "SUM(CAST(price AS DOUBLE)) AS t"])
+def test_a_computed_argument_leaves_the_column_carried(select: str) -> None:
+    assert _sources(select)["price"].startswith("__r")
