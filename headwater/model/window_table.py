@@ -107,9 +107,6 @@ class WindowTable:
         self._index: pd.Index | None = None
         #: column -> an array with room to grow, whose first rows ``cols`` views
         self._backing: dict[str, np.ndarray] = {}
-        #: the code of each key of ``_codes_of`` (``keys`` when still current)
-        self._codes: dict = {}
-        self._codes_of: pd.Index | None = None
 
     def __len__(self) -> int:
         return len(self.cols["key"])
@@ -230,10 +227,6 @@ class WindowTable:
 
     def encode_keys(self, keys) -> np.ndarray:
         """The int64 code of each key, adding unseen keys to the dictionary."""
-        if not isinstance(keys, pd.Index):
-            values = np.asarray(keys, dtype=object)
-            if values.ndim == 1 and all(type(k) is str for k in values):
-                return self._encode_texts(values)
         keys = pd.Index(np.asarray(keys, dtype=object) if not isinstance(keys, pd.Index) else keys)
         codes = self.keys.get_indexer(keys)
         if (codes < 0).any():
@@ -241,25 +234,6 @@ class WindowTable:
             self.keys = self.keys.append(pd.Index(new, dtype=object))
             codes = self.keys.get_indexer(keys)
         return codes.astype(np.int64)
-
-    def _encode_texts(self, values: np.ndarray) -> np.ndarray:
-        """:meth:`encode_keys` of text keys (a ``str`` equals only a ``str``, as in
-        the index) by a dictionary kept across steps: a step hashes its own keys,
-        not every key again (the index's hash table is rebuilt whenever it grows)."""
-        if self._codes_of is not self.keys:  # changed elsewhere (forgotten, loaded)
-            self._codes = {k: i for i, k in enumerate(self.keys)}
-        codes, new, size = self._codes, [], len(self.keys)
-        out = np.empty(len(values), dtype=np.int64)
-        for i, key in enumerate(values):
-            code = codes.get(key)
-            if code is None:
-                code = codes[key] = size + len(new)
-                new.append(key)
-            out[i] = code
-        if new:
-            self.keys = self.keys.append(pd.Index(new, dtype=object))
-        self._codes_of = self.keys
-        return out
 
     def decode_keys(self, codes: np.ndarray) -> np.ndarray:
         """The keys of ``codes`` (an object array)."""

@@ -6,7 +6,6 @@ rows written before must not be changed by later appends."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from headwater.model.combiners import ToList
 from headwater.model.window_table import WindowTable, concat
@@ -51,29 +50,3 @@ def test_appends_equal_concatenation_through_keeps_widening_and_rebinding():
                 assert [list(x) if isinstance(x, list) else x for x in got] == list(col), name
             else:
                 np.testing.assert_array_equal(got, col, err_msg=name)
-
-
-def _by_index(known: pd.Index, keys) -> tuple[np.ndarray, pd.Index]:
-    """encode_keys as it was: one index lookup, unseen keys appended in order."""
-    keys = pd.Index(np.asarray(keys, dtype=object))
-    codes = known.get_indexer(keys)
-    if (codes < 0).any():
-        known = known.append(pd.Index(keys[codes < 0].unique(), dtype=object))
-        codes = known.get_indexer(keys)
-    return codes.astype(np.int64), known
-
-
-def test_text_keys_are_coded_as_by_the_index_across_forgets_and_other_keys():
-    rng = np.random.default_rng(9)
-    table = WindowTable({}, {"v": (ToList(), "v")})
-    known = pd.Index([], dtype=object)
-    for step in range(40):
-        keys = rng.integers(0, 60, int(rng.integers(0, 30))).astype(str).astype(object)
-        if step % 9 == 4:  # not all text: the index path
-            keys = np.r_[keys, [7, None]].astype(object)
-        codes, known = _by_index(known, keys)
-        np.testing.assert_array_equal(table.encode_keys(keys), codes)
-        assert list(table.keys) == list(known)
-        if step % 6 == 5:  # forgotten keys, as Reducer.forget renumbers them
-            live = rng.random(len(known)) < 0.6
-            table.keys = known = known[live]
