@@ -252,6 +252,70 @@ def row_difference(
     return ~matched, ~kept
 
 
+class RowCounts:
+    """How many rows of each group were evaluated (the append path's bookkeeping:
+    a group's rows after these are new), as columns: a step looks its fired groups
+    up and records them in one pass over their hashes, not one lookup per group.
+    Each hash names one group; a group whose hash another one holds makes
+    :meth:`lookup` or :meth:`record` answer None (the caller then evaluates in full)."""
+
+    def __init__(self, groups: pd.DataFrame | None = None) -> None:
+        empty = {"__gk": pd.Series(dtype=object), "__gs": pd.Series(dtype=np.int64)}
+        empty |= {"__ge": pd.Series(dtype=np.int64), "n": pd.Series(dtype=np.int64)}
+        #: the groups (``GROUP_COLUMNS``) and their counts (``n``)
+        self.groups = pd.DataFrame(empty) if groups is None else groups.reset_index(drop=True)
+        self._index = pd.Index(group_hashes(self.groups))
+
+    def _found(self, groups: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+        """Where each of ``groups`` is kept (-1: not kept), and its hash; None when a
+        hash kept names another group."""
+        hashes = group_hashes(groups)
+        at = self._index.get_indexer(hashes)
+        found = at >= 0
+        if not _same_groups(self.groups, at[found], groups, np.flatnonzero(found)).all():
+            return None
+        return at, hashes
+
+    def lookup(self, groups: pd.DataFrame) -> np.ndarray | None:
+        """The count of each group (0: none evaluated yet)."""
+        located = self._found(groups)
+        if located is None:
+            return None
+        at = located[0]
+        out = np.zeros(len(groups), dtype=np.int64)
+        out[at >= 0] = self.groups["n"].to_numpy(np.int64)[at[at >= 0]]
+        return out
+
+    def record(self, groups: pd.DataFrame, counts: np.ndarray, gone: pd.DataFrame) -> bool:
+        """Set the counts of ``groups`` (distinct) and forget those of ``gone``;
+        False (nothing recorded) when a hash names two groups."""
+        located = self._found(groups)
+        dropped = self._found(gone) if len(gone) else (np.zeros(0, dtype=np.int64), None)
+        if located is None or dropped is None:
+            return False
+        at, hashes = located
+        if len(np.unique(hashes)) < len(hashes):
+            return False
+        kept = self.groups["n"].to_numpy(np.int64).copy()
+        kept[at[at >= 0]] = counts[at >= 0]
+        live = np.ones(len(kept), dtype=bool)
+        live[dropped[0][dropped[0] >= 0]] = False
+        live[at[at >= 0]] = True  # a group both withdrawn and fired again is kept
+        fresh = groups.loc[at < 0, list(GROUP_COLUMNS)].assign(n=counts[at < 0])
+        old = self.groups.assign(n=kept)[live]
+        frame = pd.concat([old, fresh], ignore_index=True) if len(old) else fresh
+        self.groups = frame.reset_index(drop=True)
+        self._index = pd.Index(np.r_[self._index.to_numpy()[live], hashes[at < 0]])
+        return True
+
+    def expire(self, horizon: int) -> None:
+        """Forget the groups whose windows end at or before ``horizon``."""
+        live = self.groups["__ge"].to_numpy(np.int64) > horizon
+        if not live.all():
+            self.groups = self.groups[live].reset_index(drop=True)
+            self._index = pd.Index(self._index.to_numpy()[live])
+
+
 class Materializer:
     """The last materialized rows of every group, and the changelog of each firing.
 
@@ -261,8 +325,8 @@ class Materializer:
     :attr:`last` is read, so that a step of inserts copies none of the rows kept.
 
     :attr:`seen`: for a query whose groups only grow (its maintainer's
-    ``append``), how many of each group's rows were evaluated, by window end
-    then ``(key, start)``; None when not known (the full evaluation then)."""
+    ``append``), how many of each group's rows were evaluated (:class:`RowCounts`);
+    None when not known (the full evaluation then)."""
 
     def __init__(self, columns: list[str]) -> None:
         self.columns = list(columns)
@@ -278,7 +342,7 @@ class Materializer:
             }
         )
         self._versions_hash: np.ndarray | None = None
-        self.seen: dict[int, dict[tuple[str, int], int]] | None = None
+        self.seen: RowCounts | None = None
 
     @property
     def last(self) -> pd.DataFrame | None:
@@ -304,31 +368,21 @@ class Materializer:
         if len(chunks) > 1 and 2 * live < sum(len(c.frame) for c in chunks):
             self._chunks = [_joined(chunks)]
 
-    def seen_rows(self, fired: pd.DataFrame) -> np.ndarray:
-        """How many rows of each group of ``fired`` were evaluated (0: none yet)."""
-        seen = self.seen or {}
-        out = np.zeros(len(fired), dtype=np.int64)
-        groups = zip(fired["__gk"], fired["__gs"].tolist(), fired["__ge"].tolist(), strict=True)
-        for i, (key, start, end) in enumerate(groups):
-            out[i] = seen.get(end, {}).get((key, start), 0)
-        return out
+    def seen_rows(self, fired: pd.DataFrame) -> np.ndarray | None:
+        """How many rows of each group of ``fired`` were evaluated (0: none yet);
+        None when not known (:attr:`seen` is None, or two groups share a hash)."""
+        return None if self.seen is None else self.seen.lookup(fired)
 
     def saw(self, fired: pd.DataFrame, lengths: np.ndarray, gone: pd.DataFrame | None = None):
         """Record that the groups of ``fired`` had ``lengths`` rows evaluated, and
-        that the groups of ``gone`` no longer exist."""
+        that the groups of ``gone`` no longer exist (counting stops where a hash
+        names two groups: every later step evaluates in full)."""
         if self.seen is None:
             return
-        for group, count in ((gone, 0), (fired, None)):
-            if group is None or not len(group):
-                continue
-            columns = zip(
-                group["__gk"], group["__gs"].tolist(), group["__ge"].tolist(), strict=True
-            )
-            for i, (key, start, end) in enumerate(columns):
-                if count is None:
-                    self.seen.setdefault(end, {})[(key, start)] = int(lengths[i])
-                else:
-                    self.seen.get(end, {}).pop((key, start), None)
+        if gone is None:
+            gone = fired.iloc[:0]
+        if not self.seen.record(fired, np.asarray(lengths, dtype=np.int64), gone):
+            self.seen = None
 
     def added(self, fired: pd.DataFrame, added: pd.DataFrame, ptime: int) -> pd.DataFrame | None:
         """The changelog of a step whose groups (``fired``) only gained the rows
@@ -446,8 +500,7 @@ class Materializer:
         """Forget the groups whose windows end at or before ``horizon``: the model
         has collected them, so they never fire again."""
         if self.seen is not None:
-            for end in [e for e in self.seen if e <= horizon]:
-                del self.seen[end]
+            self.seen.expire(horizon)
         for chunk in self._chunks or ():
             ended = chunk.frame["__ge"].to_numpy(np.int64) <= horizon
             if ended.any():

@@ -31,14 +31,16 @@ from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, 
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.append import append_why_not
 from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
-from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer
+from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer, RowCounts
 from headwater.sql.plan.functions import ScalarFunction, function_error, register_duckdb
 from headwater.sql.plan.translate import GROUP_RELATION
 
 #: Union input columns every stream row carries besides its own.
 SOURCE, EVENT_TIME, KEY = "__src", "__et", "__key"
 #: Version of the snapshot layout below.
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+#: the snapshot versions :meth:`GroupMaintainer.restore` reads
+_READABLE = (1, 2)
 #: The one group of a query maintained as one group (no key: every row in the
 #: global window of one key), as the changelog's group columns name it.
 ONE_GROUP = ("0", MIN_TIMESTAMP, GLOBAL_WINDOW_END)
@@ -246,18 +248,23 @@ class GroupMaintainer:
         if self.initial is not None and not blob:  # the first version (see begin)
             state.apply(self.initial[list(GROUP_COLUMNS)], self.initial, MIN_TIMESTAMP)
         if self.append is None and not blob:
-            # the rows evaluated per group; a snapshot keeps none (a restored state
-            # evaluates every fired group's rows)
-            state.seen = {}
+            state.seen = RowCounts()  # the rows evaluated per group: none yet
         if blob:
-            version, last, versions = pickle.loads(blob)
-            if version != SNAPSHOT_VERSION:
-                raise ValueError(f"SQL state of version {version}; this headwater reads 1")
-            state.last, state.versions = last, versions
+            version, *kept = pickle.loads(blob)
+            if version not in _READABLE:
+                raise ValueError(f"SQL state of version {version}; this headwater reads 1, 2")
+            state.last, state.versions = kept[0], kept[1]
+            # version 1 kept no counts: a state restored from it evaluates in full
+            counted = kept[2] if version >= 2 else None
+            if self.append is None and counted is not None:
+                state.seen = RowCounts(counted)
         return state
 
     def snapshot(self, state: Materializer) -> bytes:
-        return pickle.dumps((SNAPSHOT_VERSION, state.last, state.versions))
+        """The rows, versions and (append path) counts of every group: a restored
+        state (a Spark micro-batch) takes the append path where the first did."""
+        counted = None if state.seen is None else state.seen.groups
+        return pickle.dumps((SNAPSHOT_VERSION, state.last, state.versions, counted))
 
     def expire(self, state: Materializer, settled: int) -> None:
         """Forget the groups of windows ending by ``settled`` (``Reducer.settled``), so
@@ -285,14 +292,13 @@ class GroupMaintainer:
         new = panes[~withdrawn].drop_duplicates(_WINDOW, keep="last")
         fired = _groups(new)
         lengths = new[SOURCE].map(len).to_numpy(np.int64)
-        if state.seen is not None and not withdrawn.any():
-            seen = state.seen_rows(fired)
-            if (lengths >= seen).all():
-                added = self._increments(new, fired, seen)
-                change = state.added(fired, added, now)
-                if change is not None:
-                    state.saw(fired, lengths)
-                    return change
+        seen = None if withdrawn.any() else state.seen_rows(fired)
+        if seen is not None and (lengths >= seen).all():
+            added = self._increments(new, fired, seen)
+            change = state.added(fired, added, now)
+            if change is not None:
+                state.saw(fired, lengths)
+                return change
         results = self.results(new, fired)
         # A retraction of a group that did not fire again is a window merged into
         # another one (a session bridged by later data): it no longer exists.
