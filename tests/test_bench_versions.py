@@ -117,6 +117,14 @@ def test_the_ratio_is_read_where_a_benchmark_puts_it() -> None:
     assert versions.ratio_of({"results": []}) is None
 
 
+def test_a_benchmarks_json_is_read_indented_or_one_a_line() -> None:
+    indented = json.dumps({"queries": {"q18": {"rows": 3}}}, indent=2)
+    assert versions.documents(indented + "\n") == [{"queries": {"q18": {"rows": 3}}}]
+    assert versions.documents('{"a": 1}\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
+    with pytest.raises(json.JSONDecodeError):
+        versions.documents('{"a": 1}\nnot json\n')
+
+
 def test_a_benchmark_must_be_named() -> None:
     with pytest.raises(SystemExit):
         versions.main(["--baseline", "HEAD"])

@@ -130,6 +130,21 @@ def ratio_of(report: dict[str, Any]) -> float | None:
     return None
 
 
+def documents(text: str) -> list[Any]:
+    """The JSON values a benchmark printed, in order: one a line, or one indented
+    over many lines (``bench nexmark --json``)."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    at = 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return values
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+
+
 def run_once(version: str, tree: Path, bench: list[str]) -> Run:
     """``headwater bench`` from ``tree``, timed, its process tree sampled for CPU."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -148,7 +163,7 @@ def run_once(version: str, tree: Path, bench: list[str]) -> Run:
         raise RuntimeError(
             f"{version}: headwater bench {' '.join(bench)} exited {child.returncode}"
         )
-    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    lines = documents(text)
     report = lines[0] if len(lines) == 1 else {"lines": lines}
     return Run(version, seconds, cpu, ratio_of(lines[0]), report)
 
