@@ -4,11 +4,14 @@ version, alternated in one run.
     headwater bench versions --baseline REV [--repeat N] [--json] -- NAME [options]
 
 ``REV`` (any git revision of this repository) is exported with ``git archive``
-into a temporary folder, and ``headwater bench NAME [options] --json`` runs from
-that tree and from this one, in turn (the baseline first in odd rounds, this
-checkout first in even ones), ``--repeat`` times each, each run a fresh process
-with ``PYTHONPATH`` naming its tree (the same Python environment, so only
-headwater's code differs). Both versions must have the benchmark and its options.
+into a temporary folder: its ``headwater`` package and the files outside it that
+the benchmark reads (``READS``: NEXMark's query texts under tests/, the Kafka
+script), so that each version reads its own copy. ``headwater bench NAME
+[options] --json`` runs from that tree and from this one, in turn (the baseline
+first in odd rounds, this checkout first in even ones), ``--repeat`` times each,
+each run a fresh process with ``PYTHONPATH`` naming its tree (the same Python
+environment, so only headwater's code differs). Both versions must have the
+benchmark and its options.
 
 For each run it records the wall seconds, the CPU seconds of the whole process
 tree (the benchmark's Python, Spark's JVM and its Python workers, sampled while it
@@ -48,6 +51,20 @@ RATIO_PLACES = (
     ("results", 0, "streaming", "ratio"),
     ("results", 0, "bounded", "ratio"),
 )
+#: Runs ``headwater.cli`` with the tree in ``argv[1]`` first on ``sys.path``:
+#: ``python -m`` would put the working directory there, so a run started from a
+#: checkout's root would import that checkout's package, whatever PYTHONPATH says.
+BOOT = (
+    "import runpy, sys; sys.path[0] = sys.argv.pop(1); "
+    "runpy.run_module('headwater.cli', run_name='__main__', alter_sys=True)"
+)
+#: Paths outside the package, relative to the checkout's root, that a benchmark
+#: reads through its own ``__file__``: the baseline's export holds its revision's
+#: copy, or its run would fail (or read this checkout's).
+READS: dict[str, tuple[str, ...]] = {
+    "nexmark": ("tests/sql/nexmark/queries",),
+    "kafka": ("scripts/kafka.sh",),
+}
 
 
 @dataclass(frozen=True)
@@ -78,16 +95,22 @@ def _args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, bench
 
 
-def export(revision: str, into: Path) -> Path:
+def export(revision: str, into: Path, bench: str | None = None) -> Path:
     """The tree of ``revision`` (this repository's) in ``into``: its ``headwater``
-    package is what a run of the baseline imports."""
+    package, which a run of the baseline imports, and the paths ``READS`` names for
+    the benchmark ``bench``, which that package finds beside itself."""
     root = Path(__file__).resolve().parents[2]
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", "--format=tar", revision, "headwater"],
+    paths = ["headwater", *READS.get(bench or "", ())]
+    done = subprocess.run(
+        ["git", "-C", str(root), "archive", "--format=tar", revision, *paths],
         capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"git archive {revision} {' '.join(paths)} failed (bench {bench} reads "
+            f"these paths; does {revision} have them?): {done.stderr.decode().strip()}"
+        )
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
         tar.extractall(into, filter="data")
     return into
 
@@ -107,10 +130,25 @@ def ratio_of(report: dict[str, Any]) -> float | None:
     return None
 
 
+def documents(text: str) -> list[Any]:
+    """The JSON values a benchmark printed, in order: one a line, or one indented
+    over many lines (``bench nexmark --json``)."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    at = 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return values
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+
+
 def run_once(version: str, tree: Path, bench: list[str]) -> Run:
     """``headwater bench`` from ``tree``, timed, its process tree sampled for CPU."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    command = [sys.executable, "-m", "headwater.cli", "bench", *bench, "--json"]
+    command = [sys.executable, "-c", BOOT, str(tree), "bench", *bench, "--json"]
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
         child = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.DEVNULL)
@@ -125,7 +163,7 @@ def run_once(version: str, tree: Path, bench: list[str]) -> Run:
         raise RuntimeError(
             f"{version}: headwater bench {' '.join(bench)} exited {child.returncode}"
         )
-    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    lines = documents(text)
     report = lines[0] if len(lines) == 1 else {"lines": lines}
     return Run(version, seconds, cpu, ratio_of(lines[0]), report)
 
@@ -147,7 +185,8 @@ def _entry(run: Run) -> dict[str, Any]:
 
 def compare(baseline: str, bench: list[str], repeat: int, work: Path) -> dict[str, Any]:
     """Alternated runs of both versions and their medians."""
-    trees = {baseline: export(baseline, work / "baseline"), "current": Path(__file__).parents[2]}
+    here = Path(__file__).resolve().parents[2]
+    trees = {baseline: export(baseline, work / "baseline", bench[0]), "current": here}
     runs: list[Run] = []
     for i in range(max(1, repeat)):
         order = list(trees) if i % 2 == 0 else list(reversed(trees))
