@@ -556,253 +556,349 @@ def _describe(p: dict | None) -> str:
     return "{" + ", ".join(f"{k}: {p.get(k)!r}" for k in keys if k in p) + "}"
 
 
-def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, probes):
-    """Compare headwater's panes with Beam's, step by step (see module docstring).
+@dataclass
+class _Timeline:
+    """The input watermark and clock (ms) during each step, each step's kind, and
+    each element: what the rules judge a pane by (an element's watermark at
+    arrival says whether it was on time)."""
 
-    Every headwater pane is checked against the docs/semantics.md rules that the
-    translation to Beam's terms relies on (rule 1 timing and nonspeculative
-    index, rule 4 final, pane index, values of the key and window, no element
-    lost), then translated into the pane Beam must emit and matched with
-    Beam's panes of the same step; every Beam pane must be matched.
-    """
-    out = Outcome()
-    cfg = _Config.of(config)
-    lateness = cfg.lateness_ms
-    n = len(events)
+    wm_ms: list[float] = field(default_factory=list)
+    clock_ms: list[float] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    element: dict = field(default_factory=dict)  # value -> (key, t ms, watermark ms at arrival)
 
-    # Input watermark (ms) during each step, each step's kind, each element.
-    wm_ms: list[float] = []
-    clock_ms: list[float] = []
-    kinds: list[str] = []
-    element: dict = {}  # value -> (key, timestamp ms, watermark ms at arrival)
-    wm, clock = -INF, 0.0
-    for event in events:
-        ((kind, arg),) = event.items()
-        if kind == "watermark":
-            wm = max(wm, float(arg) * 1000)
-        elif kind == "clock":
-            clock = max(clock, float(arg) * 1000)
-        elif kind == "input":
-            for item in arg:
-                element[item["v"]] = (item["k"], item["t"] * 1000, wm)
-        wm_ms.append(wm)
-        clock_ms.append(clock)
-        kinds.append(kind)
+    @classmethod
+    def of(cls, events: list[dict]) -> _Timeline:
+        line = cls()
+        wm, clock = -INF, 0.0
+        for event in events:
+            ((kind, arg),) = event.items()
+            if kind == "watermark":
+                wm = max(wm, float(arg) * 1000)
+            elif kind == "clock":
+                clock = max(clock, float(arg) * 1000)
+            elif kind == "input":
+                for item in arg:
+                    line.element[item["v"]] = (item["k"], item["t"] * 1000, wm)
+            line.wm_ms.append(wm)
+            line.clock_ms.append(clock)
+            line.kinds.append(kind)
+        return line
 
-    # Beam's output watermark (microseconds) per (step, key), from the probes.
+
+def _output_watermarks(probes: list[dict], n: int) -> dict:
+    """Beam's output watermark (microseconds) per (step, key), the lowest its
+    probes saw: Beam labels panes fired by elements against it (D5)."""
     ow_us: dict = {}
     for p in probes:
         at = (min(p["step"], n - 1), p["key"])
         ow_us[at] = min(p["ow"], ow_us.get(at, p["ow"]))
+    return ow_us
 
-    beam_by_step: dict = defaultdict(list)
-    for p in beam_panes:
-        beam_by_step[min(p["step"], n - 1)].append(p)
 
-    skip_key_from: dict = {}
-    rejected: list = []  # D16: Beam's session windows merged with a finished one
-    if cfg.sessions:
-        skip_key_from, rejected = _beam_sessions(events, wm_ms, cfg.gap_ms, lateness, beam_by_step)
+@dataclass
+class _Pane:
+    """A headwater pane at one step, with what the rules and the translation to
+    Beam's pane judge it by."""
 
-    def skipped(key, s: int) -> bool:
-        if s >= skip_key_from.get(key, n):
-            out.skipped_keys.add(key)
+    step: int
+    kind: str  # the step's: input, watermark or clock
+    hw: dict  # key, window, values, index, timestamp ("EOW"), timing, nsi, final
+    first: bool  # headwater's is_first
+    end: int  # the window's end, ms
+    early: bool  # the input watermark is before the window's end
+    collected: bool  # the input watermark passed the end plus the allowed lateness
+    new: set  # values no earlier pane of the key and window emitted
+
+    @property
+    def wk(self) -> tuple:
+        return (self.hw["key"], self.hw["window"])
+
+
+@dataclass
+class _Comparison:
+    """One configuration's comparison, walked step by step: the counters and
+    sets of values that the rules and the divergences depend on, per key and
+    window, carried from each step to the next."""
+
+    cfg: _Config
+    events: list[dict]
+    line: _Timeline
+    ow_us: dict  # (step, key) -> Beam's output watermark, microseconds
+    beam_by_step: dict  # step -> Beam's panes
+    skip_key_from: dict  # key -> first step not compared (D1, sessions)
+    rejected: list  # D16: Beam's session windows merged with a finished one
+    out: Outcome = field(default_factory=Outcome)
+    hw_panes: Counter = field(default_factory=Counter)  # (key, window) -> panes so far
+    hw_nonspec: Counter = field(default_factory=Counter)  # (key, window) -> non-EARLY panes
+    beam_nonspec: Counter = field(default_factory=Counter)  # Beam's nonspeculative counter
+    last_values: dict = field(default_factory=dict)  # (key, window) -> previous pane's values
+    hw_emitted: dict = field(default_factory=lambda: defaultdict(set))  # where() -> values
+    beam_values: dict = field(default_factory=lambda: defaultdict(set))  # where() -> values
+    holds_differ: _WindowSet = field(init=False)  # D5: Beam's hold is not headwater's
+    left_open: _WindowSet = field(init=False)  # D13: Beam has no end-of-window timer
+
+    def __post_init__(self) -> None:
+        self.holds_differ = _WindowSet(self.cfg.sessions)
+        self.left_open = _WindowSet(self.cfg.sessions)
+        # Values Beam emitted per key and window, in the part of the run compared.
+        for s, panes in self.beam_by_step.items():
+            for p in panes:
+                if s < self.skip_key_from.get(p["key"], len(self.events)):
+                    window = p["window"] if p["window"] == "global" else tuple(p["window"])
+                    self.beam_values[self.where(p["key"], window)].update(p["values"])
+
+    @classmethod
+    def of(cls, config: dict, events: list[dict], beam_panes, probes) -> _Comparison:
+        cfg = _Config.of(config)
+        line = _Timeline.of(events)
+        n = len(events)
+        beam_by_step: dict = defaultdict(list)
+        for p in beam_panes:
+            beam_by_step[min(p["step"], n - 1)].append(p)
+        skip_key_from: dict = {}
+        rejected: list = []
+        if cfg.sessions:
+            skip_key_from, rejected = _beam_sessions(
+                events, line.wm_ms, cfg.gap_ms, cfg.lateness_ms, beam_by_step
+            )
+        ow_us = _output_watermarks(probes, n)
+        return cls(cfg, events, line, ow_us, beam_by_step, skip_key_from, rejected)
+
+    def run(self, hw_steps, hw_dropped) -> Outcome:
+        for s in range(len(self.events)):
+            if self.line.kinds[s] == "input" and not self.cfg.eow:
+                self.hold_elements(s)
+            expected = []
+            for hp in hw_steps[s]:
+                assert not hp["is_retraction"]
+                if not self.skipped(_plain(hp["key"]), s):
+                    expected.append(self.expect(s, hp))
+            self.match(s, expected)
+        self.check_nothing_lost(hw_dropped)
+        return self.out
+
+    def skipped(self, key, s: int) -> bool:
+        if s >= self.skip_key_from.get(key, len(self.events)):
+            self.out.skipped_keys.add(key)
             return True
         return False
 
-    def where(key, window):
+    def where(self, key, window) -> tuple:
         # Values are unique per element; an element is in one session at a
         # time, but in several sliding windows.
-        return (key, None if cfg.sessions else window)
+        return (key, None if self.cfg.sessions else window)
 
-    # Values Beam emitted per key and window, in the part of the run compared.
-    beam_values: dict = defaultdict(set)
-    for s, panes in beam_by_step.items():
-        for p in panes:
-            if s < skip_key_from.get(p["key"], n):
-                window = p["window"] if p["window"] == "global" else tuple(p["window"])
-                beam_values[where(p["key"], window)].update(p["values"])
+    def problem(self, s: int, text: str) -> None:
+        self.out.problems.append(f"step {s} ({next(iter(self.events[s]))}): {text}")
 
-    hw_panes: Counter = Counter()  # (key, window) -> headwater panes so far
-    hw_nonspec: Counter = Counter()  # (key, window) -> non-EARLY panes so far (rule 1)
-    beam_nonspec: Counter = Counter()  # (key, window) -> Beam's nonspeculative counter
-    last_values: dict = {}  # (key, window) -> values of headwater's previous pane
-    hw_emitted: dict = defaultdict(set)  # where() -> values headwater emitted
-    holds_differ = _WindowSet(cfg.sessions)  # D5: Beam's hold is not headwater's
-    left_open = _WindowSet(cfg.sessions)  # D13: Beam has no end-of-window timer
+    def hold_elements(self, s: int) -> None:
+        """Beam holds an element's timestamp if it is >= the output watermark,
+        headwater if it is >= the input watermark: mark the windows where the
+        two differ."""
+        step_wm = self.line.wm_ms[s]
+        for item in self.events[s]["input"]:
+            ow = self.ow_us.get((s, item["k"]))
+            if ow is not None and ow <= item["t"] * 1000 * US < step_wm * US:
+                if self.cfg.sessions:
+                    w = (item["t"] * 1000, item["t"] * 1000 + self.cfg.gap_ms)
+                    self.holds_differ.add(item["k"], w)
+                else:
+                    for w in self.cfg.windows(item["t"]):
+                        self.holds_differ.add(item["k"], w)
 
-    def problem(s: int, text: str) -> None:
-        out.problems.append(f"step {s} ({next(iter(events[s]))}): {text}")
+    def expect(self, s: int, hp: dict) -> dict:
+        """Check a headwater pane against the rules, then the pane Beam must emit."""
+        self.out.panes += 1
+        pane = self.headwater_pane(s, hp)
+        self.check_rules(pane)
+        self.check_values(pane)
+        return self.beam_pane(pane)
 
-    for s in range(n):
-        kind, step_wm = kinds[s], wm_ms[s]
-        if kind == "input" and not cfg.eow:
-            # Beam holds an element's timestamp if it is >= the output
-            # watermark, headwater if it is >= the input watermark.
-            for item in events[s]["input"]:
-                ow = ow_us.get((s, item["k"]))
-                if ow is not None and ow <= item["t"] * 1000 * US < step_wm * US:
-                    if cfg.sessions:
-                        w = (item["t"] * 1000, item["t"] * 1000 + cfg.gap_ms)
-                        holds_differ.add(item["k"], w)
-                    else:
-                        for w in cfg.windows(item["t"]):
-                            holds_differ.add(item["k"], w)
+    def headwater_pane(self, s: int, hp: dict) -> _Pane:
+        key = _plain(hp["key"])
+        window = _window_of_hw(hp["window_start"], hp["window_end"])
+        end = _end_ms(window)
+        values = sorted(_plain(v) for v in hp["values"])
+        ts = int(hp["timestamp"])
+        step_wm = self.line.wm_ms[s]
+        if window != "global":
+            collected = end + self.cfg.lateness_ms <= step_wm
+        else:
+            collected = step_wm == INF
+        hw = {
+            "key": key,
+            "window": window,
+            "values": values,
+            "index": int(hp["pane_index"]),
+            "timestamp": "EOW" if ts == end - 1 else ts,
+            "timing": hp["timing"],
+            "nsi": int(hp["nonspeculative_index"]),
+            "final": bool(hp["is_last"]),
+        }
+        new = set(values) - self.hw_emitted[self.where(key, window)]
+        first = bool(hp["is_first"])
+        return _Pane(s, self.line.kinds[s], hw, first, end, step_wm < end, collected, new)
 
-        expected = []
-        for hp in hw_steps[s]:
-            assert not hp["is_retraction"]
-            key = _plain(hp["key"])
-            if skipped(key, s):
-                continue
-            out.panes += 1
-            window = _window_of_hw(hp["window_start"], hp["window_end"])
-            end = _end_ms(window)
-            wk = (key, window)
-            values = sorted(_plain(v) for v in hp["values"])
-            ts = int(hp["timestamp"])
-            collected = end + lateness <= step_wm if window != "global" else step_wm == INF
-            hw = {
-                "key": key,
-                "window": window,
-                "values": values,
-                "index": int(hp["pane_index"]),
-                "timestamp": "EOW" if ts == end - 1 else ts,
-                "timing": hp["timing"],
-                "nsi": int(hp["nonspeculative_index"]),
-                "final": bool(hp["is_last"]),
-            }
+    def rule_timing(self, p: _Pane) -> str:
+        """Rule 1: the first non-EARLY pane is ON_TIME if it is the
+        end-of-window firing (a watermark step that passes the end; a
+        collection at that step flushes only on-time data, so it is ON_TIME
+        too) or if it emits on-time data no pane emitted yet."""
+        if p.early:
+            return "EARLY"
+        if self.hw_nonspec[p.wk] != 0:
+            return "LATE"
+        wm_ms = self.line.wm_ms
+        eow_step = p.kind == "watermark" and (wm_ms[p.step - 1] if p.step else -INF) < p.end
+        gap_ms = self.cfg.sessions and self.cfg.gap_ms
+        ontime_new = _ontime_new(p.new, self.line.element, p.end, gap_ms)
+        if eow_step or ontime_new:
+            return "ON_TIME"
+        if ontime_new is None:
+            # A session element late for its own window at arrival joined a
+            # session whose end the watermark had not passed: whether its
+            # data counts as on time depends on that session (not tracked).
+            return p.hw["timing"] if p.hw["timing"] != "EARLY" else "ON_TIME"
+        return "LATE"
 
-            # 1. headwater against the rules the translation relies on.
-            early = step_wm < end
-            new = set(values) - hw_emitted[where(key, window)]
-            # Rule 1: the first non-EARLY pane is ON_TIME if it is the
-            # end-of-window firing (a watermark step that passes the end; a
-            # collection at that step flushes only on-time data, so it is
-            # ON_TIME too) or if it emits on-time data no pane emitted yet.
-            eow_step = kind == "watermark" and (wm_ms[s - 1] if s else -INF) < end
-            ontime_new = _ontime_new(new, element, end, cfg.sessions and cfg.gap_ms)
-            rule = {
-                "index": hw_panes[wk],
-                "first": hw_panes[wk] == 0,
-                "timing": "EARLY"
-                if early
-                else (
-                    ("ON_TIME" if eow_step or ontime_new else "LATE")
-                    if hw_nonspec[wk] == 0
-                    else "LATE"
-                ),
-                "nsi": -1 if early else hw_nonspec[wk],
-            }
-            if collected or cfg.never_finishes:
-                rule["final"] = collected
-            if ontime_new is None and not early and not eow_step and hw_nonspec[wk] == 0:
-                # A session element late for its own window at arrival joined a
-                # session whose end the watermark had not passed: whether its
-                # data counts as on time depends on that session (not tracked).
-                rule["timing"] = hw["timing"] if hw["timing"] != "EARLY" else "ON_TIME"
-            for f, want in rule.items():
-                have = bool(hp["is_first"]) if f == "first" else hw[f]
-                if have != want:
-                    problem(
-                        s,
-                        f"headwater pane {_describe(hw)}: {f} is {have!r}, the rules "
-                        f"of docs/semantics.md say {want!r}",
-                    )
-            hw_panes[wk] += 1
-            hw_nonspec[wk] += not early
-            strangers = [
-                v
-                for v in values
-                if element.get(v, (None,))[0] != key or not _in_window(element[v][1], window)
-            ]
-            repeated = set(values) & hw_emitted[where(key, window)] if cfg.discarding else ()
-            if strangers or repeated:
-                problem(
-                    s,
-                    f"headwater pane {_describe(hw)}: values {strangers} are not "
-                    f"elements of that key and window, {sorted(repeated)} were emitted "
-                    "before (discarding)",
+    def check_rules(self, p: _Pane) -> None:
+        """headwater against the rules the translation relies on: pane index,
+        first, timing and nonspeculative index (rule 1), final (rule 4)."""
+        wk = p.wk
+        rule = {
+            "index": self.hw_panes[wk],
+            "first": self.hw_panes[wk] == 0,
+            "timing": self.rule_timing(p),
+            "nsi": -1 if p.early else self.hw_nonspec[wk],
+        }
+        if p.collected or self.cfg.never_finishes:
+            rule["final"] = p.collected
+        for f, want in rule.items():
+            have = p.first if f == "first" else p.hw[f]
+            if have != want:
+                self.problem(
+                    p.step,
+                    f"headwater pane {_describe(p.hw)}: {f} is {have!r}, the rules "
+                    f"of docs/semantics.md say {want!r}",
                 )
-            hw_emitted[where(key, window)].update(values)
+        self.hw_panes[wk] += 1
+        self.hw_nonspec[wk] += not p.early
 
-            # 2. The pane Beam must emit.
-            exp = dict(hw, first=hw["index"] == 0, hw_timestamp=hw["timestamp"])
-            tags = []
-            counter = beam_nonspec[wk]
-            if early:
-                timing = "EARLY"
-            elif kind == "input":
-                # Fired by elements: against the output watermark, never ON_TIME.
-                ow = ow_us.get((s, key), NEG_INF_US)
-                timing = "EARLY" if ow < end * US else "LATE"
-                # D4: headwater's ON_TIME pane fired by an element carries
-                # on-time data no pane emitted yet (rule 1).
-                tags.append(
-                    "D5" if timing == "EARLY" else ("D4" if hw["timing"] == "ON_TIME" else None)
-                )
-            elif kind == "clock":
-                # Fired by a processing-time timer: against its time (D8).
-                timing = "EARLY" if clock_ms[s] < end else "LATE"
-                tags.append("D8" if timing == "EARLY" else None)
-            else:
-                timing = "ON_TIME" if counter == 0 else "LATE"
-            exp["timing"] = timing
-            if timing == "EARLY":
-                exp["nsi"] = counter if counter else -1
-                beam_nonspec[wk] += 1 if counter else 0
-            else:
-                exp["nsi"] = counter
-                beam_nonspec[wk] += 1
-            if holds_differ.covers(key, window):
-                exp["timestamp"] = None  # D5
-            # Holds after the pane: Beam keeps a window's hold across a pane
-            # fired before the output watermark passed its end (triggers with
-            # an ON_TIME pane), headwater before the input watermark did.
-            beam_keeps = cfg.ontime and timing == "EARLY"
-            hw_keeps = cfg.ontime and early
-            if beam_keeps and not hw_keeps and not cfg.eow:
-                holds_differ.add(key, window)
-            elif not beam_keeps:
-                holds_differ.discard(key, window)
-            if collected:
-                exp["final"] = False if cfg.never_finishes else None  # D1/D2
-                if hw["final"] and cfg.never_finishes:
-                    tags.append("D2")
-            # D1: a pane of garbage collection, with data Beam never emitted.
-            exp["gc_only"] = (
-                kind == "watermark"
-                and hw["final"]
-                and collected
-                and bool(new)
-                and not (new & beam_values[where(key, window)])
+    def check_values(self, p: _Pane) -> None:
+        """A pane's values are elements of its key and window (and, discarding,
+        not emitted before): the translation matches Beam's panes by them."""
+        key, window, values = p.hw["key"], p.hw["window"], p.hw["values"]
+        element = self.line.element
+        emitted = self.hw_emitted[self.where(key, window)]
+        strangers = [
+            v
+            for v in values
+            if element.get(v, (None,))[0] != key or not _in_window(element[v][1], window)
+        ]
+        repeated = set(values) & emitted if self.cfg.discarding else ()
+        if strangers or repeated:
+            self.problem(
+                p.step,
+                f"headwater pane {_describe(p.hw)}: values {strangers} are not "
+                f"elements of that key and window, {sorted(repeated)} were emitted "
+                "before (discarding)",
             )
-            if exp["gc_only"] and not cfg.ontime:
-                # No Beam pane to compare with: its timestamp by the rules
-                # (the hold of the elements not emitted yet that were not late).
-                held = [
-                    element[v][1] for v in new if v in element and element[v][1] >= element[v][2]
-                ]
-                exp["gc_timestamp"] = "EOW"
-                if held and not cfg.eow:
-                    exp["gc_timestamp"] = min(held) if cfg.earliest else max(held)
-            # D13: an AfterWatermark that became active (in an AfterEach) after
-            # the window's last element has no end-of-window timer in Beam.
-            previous = last_values.get(wk)
-            exp["no_timer"] = (
-                cfg.watermark_after_each
-                and kind == "watermark"
-                and hw["timing"] == "ON_TIME"
-                and previous is not None
-                and values == ([] if cfg.discarding else previous)
-            )
-            last_values[wk] = values
-            exp["tags"] = [t for t in tags if t]
-            expected.append(exp)
+        emitted.update(values)
 
+    def beam_pane(self, p: _Pane) -> dict:
+        """The pane Beam must emit for headwater's, with the divergences it relies on."""
+        hw, wk = p.hw, p.wk
+        exp = dict(hw, first=hw["index"] == 0, hw_timestamp=hw["timestamp"])
+        timing, tags = self.beam_timing(p)
+        counter = self.beam_nonspec[wk]
+        exp["timing"] = timing
+        if timing == "EARLY":
+            exp["nsi"] = counter if counter else -1
+            self.beam_nonspec[wk] += 1 if counter else 0
+        else:
+            exp["nsi"] = counter
+            self.beam_nonspec[wk] += 1
+        self.beam_holds(p, exp)
+        if p.collected:
+            exp["final"] = False if self.cfg.never_finishes else None  # D1/D2
+            if hw["final"] and self.cfg.never_finishes:
+                tags.append("D2")
+        self.garbage_collection(p, exp)
+        exp["no_timer"] = self.no_timer(p)
+        self.last_values[wk] = hw["values"]
+        exp["tags"] = [t for t in tags if t]
+        return exp
+
+    def beam_timing(self, p: _Pane) -> tuple[str, list]:
+        """Beam's timing of the pane, and the divergences that explain it."""
+        if p.early:
+            return "EARLY", []
+        if p.kind == "input":
+            # Fired by elements: against the output watermark, never ON_TIME.
+            ow = self.ow_us.get((p.step, p.hw["key"]), NEG_INF_US)
+            timing = "EARLY" if ow < p.end * US else "LATE"
+            # D4: headwater's ON_TIME pane fired by an element carries
+            # on-time data no pane emitted yet (rule 1).
+            late_tag = "D4" if p.hw["timing"] == "ON_TIME" else None
+            return timing, ["D5" if timing == "EARLY" else late_tag]
+        if p.kind == "clock":
+            # Fired by a processing-time timer: against its time (D8).
+            timing = "EARLY" if self.line.clock_ms[p.step] < p.end else "LATE"
+            return timing, ["D8" if timing == "EARLY" else None]
+        return ("ON_TIME" if self.beam_nonspec[p.wk] == 0 else "LATE"), []
+
+    def beam_holds(self, p: _Pane, exp: dict) -> None:
+        """D5: no timestamp to compare where Beam's hold differs; then the holds
+        after the pane: Beam keeps a window's hold across a pane fired before
+        the output watermark passed its end (triggers with an ON_TIME pane),
+        headwater before the input watermark did."""
+        key, window = p.wk
+        if self.holds_differ.covers(key, window):
+            exp["timestamp"] = None  # D5
+        beam_keeps = self.cfg.ontime and exp["timing"] == "EARLY"
+        hw_keeps = self.cfg.ontime and p.early
+        if beam_keeps and not hw_keeps and not self.cfg.eow:
+            self.holds_differ.add(key, window)
+        elif not beam_keeps:
+            self.holds_differ.discard(key, window)
+
+    def garbage_collection(self, p: _Pane, exp: dict) -> None:
+        """D1: a pane of garbage collection, with data Beam never emitted."""
+        hw = p.hw
+        exp["gc_only"] = (
+            p.kind == "watermark"
+            and hw["final"]
+            and p.collected
+            and bool(p.new)
+            and not (p.new & self.beam_values[self.where(hw["key"], hw["window"])])
+        )
+        if exp["gc_only"] and not self.cfg.ontime:
+            # No Beam pane to compare with: its timestamp by the rules
+            # (the hold of the elements not emitted yet that were not late).
+            element = self.line.element
+            held = [element[v][1] for v in p.new if v in element and element[v][1] >= element[v][2]]
+            exp["gc_timestamp"] = "EOW"
+            if held and not self.cfg.eow:
+                exp["gc_timestamp"] = min(held) if self.cfg.earliest else max(held)
+
+    def no_timer(self, p: _Pane) -> bool:
+        """D13: an AfterWatermark that became active (in an AfterEach) after
+        the window's last element has no end-of-window timer in Beam."""
+        previous = self.last_values.get(p.wk)
+        return (
+            self.cfg.watermark_after_each
+            and p.kind == "watermark"
+            and p.hw["timing"] == "ON_TIME"
+            and previous is not None
+            and p.hw["values"] == ([] if self.cfg.discarding else previous)
+        )
+
+    def beam_step(self, s: int) -> list[dict]:
+        """Beam's panes of step ``s`` in headwater's terms."""
         got = []
-        for bp in beam_by_step.get(s, []):
-            if skipped(bp["key"], s):
+        for bp in self.beam_by_step.get(s, []):
+            if self.skipped(bp["key"], s):
                 continue
             window = bp["window"] if bp["window"] == "global" else tuple(bp["window"])
             ts = bp["timestamp"]
@@ -819,68 +915,90 @@ def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, 
                     "final": bp["final"],
                 }
             )
+        return got
 
+    def match(self, s: int, expected: list[dict]) -> None:
+        """Match the panes Beam must emit at step ``s`` with those it did."""
+        got = self.beam_step(s)
         for exp in expected:
             ident = (exp["key"], exp["window"], exp["index"])
             match = next((g for g in got if (g["key"], g["window"], g["index"]) == ident), None)
             if match is None:
-                if exp["no_timer"]:
-                    out.rules["D13"] += 1
-                    left_open.add(exp["key"], exp["window"])
-                elif any(
-                    r <= s and k == exp["key"] and _overlaps(w, exp["window"])
-                    for r, k, w in rejected
-                ):
-                    out.rules["D16"] += 1
-                elif exp["gc_only"]:
-                    out.rules["D1"] += 1
-                    if exp.get("gc_timestamp", exp["hw_timestamp"]) != exp["hw_timestamp"]:
-                        problem(
-                            s,
-                            f"headwater pane {_describe(exp)} (collected): timestamp "
-                            f"should be {exp['gc_timestamp']!r}",
-                        )
-                else:
-                    problem(s, f"headwater pane {_describe(exp)} not produced by Beam")
+                self.unmatched(s, exp)
                 continue
             got.remove(match)
-            diffs = []
-            for f in ("values", "first", "timestamp", "timing", "nsi", "final"):
-                if exp[f] is None:
-                    out.rules[f"{f} not compared"] += 1
-                elif exp[f] != match[f]:
-                    diffs.append(f"{f}: Beam should say {exp[f]!r}, says {match[f]!r}")
-            if diffs:
-                problem(
-                    s,
-                    f"headwater pane {_describe(exp)} differs from Beam's "
-                    f"{_describe(match)}: " + "; ".join(diffs),
-                )
-            else:
-                out.rules.update(exp["tags"])
+            self.compare_fields(s, exp, match)
         for g in got:
-            if left_open.covers(g["key"], g["window"]):
-                out.rules["D13"] += 1  # the window Beam left open fires on late data
+            if self.left_open.covers(g["key"], g["window"]):
+                self.out.rules["D13"] += 1  # the window Beam left open fires on late data
                 continue
-            problem(s, f"Beam pane {_describe(g)} not produced by headwater")
+            self.problem(s, f"Beam pane {_describe(g)} not produced by headwater")
 
-    # Nothing lost (rules 3 and 4): every element of every window is emitted
-    # or reported dropped.
-    dropped = set()
-    for row in hw_dropped:
-        window = _window_of_hw(row["window_start"], row["window_end"])
-        dropped.add((_plain(row["value"]), where(_plain(row["key"]), window)))
-    for v, (key, t_ms, _) in element.items():
-        if key in skip_key_from:
-            continue
-        for window in [None] if cfg.sessions else cfg.windows(t_ms // 1000):
-            at = (key, window)
-            if v not in hw_emitted[at] and (v, at) not in dropped:
-                out.problems.append(
-                    f"element {v} (key {key!r}, t {t_ms / 1000:g}) of window {window} was "
-                    "neither emitted nor dropped by headwater"
+    def unmatched(self, s: int, exp: dict) -> None:
+        """A pane Beam did not emit: a known divergence, or a problem."""
+        if exp["no_timer"]:
+            self.out.rules["D13"] += 1
+            self.left_open.add(exp["key"], exp["window"])
+        elif any(
+            r <= s and k == exp["key"] and _overlaps(w, exp["window"]) for r, k, w in self.rejected
+        ):
+            self.out.rules["D16"] += 1
+        elif exp["gc_only"]:
+            self.out.rules["D1"] += 1
+            if exp.get("gc_timestamp", exp["hw_timestamp"]) != exp["hw_timestamp"]:
+                self.problem(
+                    s,
+                    f"headwater pane {_describe(exp)} (collected): timestamp "
+                    f"should be {exp['gc_timestamp']!r}",
                 )
-    return out
+        else:
+            self.problem(s, f"headwater pane {_describe(exp)} not produced by Beam")
+
+    def compare_fields(self, s: int, exp: dict, match: dict) -> None:
+        diffs = []
+        for f in ("values", "first", "timestamp", "timing", "nsi", "final"):
+            if exp[f] is None:
+                self.out.rules[f"{f} not compared"] += 1
+            elif exp[f] != match[f]:
+                diffs.append(f"{f}: Beam should say {exp[f]!r}, says {match[f]!r}")
+        if diffs:
+            self.problem(
+                s,
+                f"headwater pane {_describe(exp)} differs from Beam's "
+                f"{_describe(match)}: " + "; ".join(diffs),
+            )
+        else:
+            self.out.rules.update(exp["tags"])
+
+    def check_nothing_lost(self, hw_dropped) -> None:
+        """Rules 3 and 4: every element of every window is emitted or reported
+        dropped."""
+        dropped = set()
+        for row in hw_dropped:
+            window = _window_of_hw(row["window_start"], row["window_end"])
+            dropped.add((_plain(row["value"]), self.where(_plain(row["key"]), window)))
+        for v, (key, t_ms, _) in self.line.element.items():
+            if key in self.skip_key_from:
+                continue
+            for window in [None] if self.cfg.sessions else self.cfg.windows(t_ms // 1000):
+                at = (key, window)
+                if v not in self.hw_emitted[at] and (v, at) not in dropped:
+                    self.out.problems.append(
+                        f"element {v} (key {key!r}, t {t_ms / 1000:g}) of window {window} was "
+                        "neither emitted nor dropped by headwater"
+                    )
+
+
+def compare(config: dict, events: list[dict], hw_steps, hw_dropped, beam_panes, probes):
+    """Compare headwater's panes with Beam's, step by step (see module docstring).
+
+    Every headwater pane is checked against the docs/semantics.md rules that the
+    translation to Beam's terms relies on (rule 1 timing and nonspeculative
+    index, rule 4 final, pane index, values of the key and window, no element
+    lost), then translated into the pane Beam must emit and matched with
+    Beam's panes of the same step; every Beam pane must be matched.
+    """
+    return _Comparison.of(config, events, beam_panes, probes).run(hw_steps, hw_dropped)
 
 
 # --------------------------------------------------------------------------
