@@ -255,13 +255,15 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
             trigger={"availableNow": True},
             lift=not args.no_lift,
             num_shards=args.shards,
-            end_of_input=False,
+            end_of_input="never",
         )
     else:
         # Spark's own query never closes the last windows of a bounded stream; so
-        # that both emit the same rows, headwater's run does not end its input here.
+        # that both emit the same rows, headwater's run does not end its input, and
+        # as no later run of its checkpoint will, it reads no end-of-input control
+        # stream ("never", as bench kafka's open topic).
         stream = query.start(
-            checkpoint_location=ckpt, trigger={"availableNow": True}, end_of_input=False
+            checkpoint_location=ckpt, trigger={"availableNow": True}, end_of_input="never"
         )
     out = run_query(stream)
     out["planning_s"] = planning
