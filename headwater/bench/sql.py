@@ -26,7 +26,9 @@ written once as ``--files`` Parquet files. In ONE process and SparkSession:
   the stream as a SQL source with ``WATERMARK FOR et AS et - INTERVAL 'delay'``
   (``Table(spark=<stream>, event_time='et', watermark=BoundedOutOfOrderness)``),
   started with ``SparkSqlQuery.start``: the fast path of windowed aggregates
-  (headwater/sql/execute/aggregate_local.py). ``ratio = headwater rows/s / native rows/s``
+  (headwater/sql/execute/aggregate_local.py), with ``end_of_input="never"``: like
+  Spark's own query it leaves its last windows open and reads no end-of-input
+  control stream. ``ratio = headwater rows/s / native rows/s``
   (>= 1.0 is the target).
 
 Both produce the same windows from on-time data. Late events differ slightly:
