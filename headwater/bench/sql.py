@@ -26,7 +26,9 @@ written once as ``--files`` Parquet files. In ONE process and SparkSession:
   the stream as a SQL source with ``WATERMARK FOR et AS et - INTERVAL 'delay'``
   (``Table(spark=<stream>, event_time='et', watermark=BoundedOutOfOrderness)``),
   started with ``SparkSqlQuery.start``: the fast path of windowed aggregates
-  (headwater/sql/execute/aggregate_local.py). ``ratio = headwater rows/s / native rows/s``
+  (headwater/sql/execute/aggregate_local.py), with ``end_of_input="never"``: like
+  Spark's own query it leaves its last windows open and reads no end-of-input
+  control stream. ``ratio = headwater rows/s / native rows/s``
   (>= 1.0 is the target).
 
 Both produce the same windows from on-time data. Late events differ slightly:
@@ -255,13 +257,15 @@ def run_headwater(spark, src: str, ckpt: str, args) -> dict[str, Any]:
             trigger={"availableNow": True},
             lift=not args.no_lift,
             num_shards=args.shards,
-            end_of_input=False,
+            end_of_input="never",
         )
     else:
         # Spark's own query never closes the last windows of a bounded stream; so
-        # that both emit the same rows, headwater's run does not end its input here.
+        # that both emit the same rows, headwater's run does not end its input, and
+        # as no later run of its checkpoint will, it reads no end-of-input control
+        # stream ("never", as bench kafka's open topic).
         stream = query.start(
-            checkpoint_location=ckpt, trigger={"availableNow": True}, end_of_input=False
+            checkpoint_location=ckpt, trigger={"availableNow": True}, end_of_input="never"
         )
     out = run_query(stream)
     out["planning_s"] = planning

@@ -123,3 +123,23 @@ def test_a_first_append_numbers_each_group_from_its_count(spread):
     pd.testing.assert_frame_equal(kept, counts, check_dtype=False)
     again = state.appended(added.assign(ptime=added["ptime"] + 10))
     assert (again["ver"].to_numpy() >= 1).all()  # numbered after the first changes
+
+
+@pytest.mark.parametrize("keys, versions", [(300, 3), (70_000, 3), (50, 10**12)])
+def test_in_order_of_wide_ties_is_the_stable_sort(keys, versions):
+    """Rows tied on the numbers, with key texts and versions of every width (8-bit,
+    16-bit and int64 sort codes), in the order of the plain sort."""
+    rng = np.random.default_rng(keys)
+    n = 5000
+    names = np.array([f"k{i}" for i in range(keys)] + [None], dtype=object)
+    changes = pd.DataFrame(
+        {
+            "__gk": names[rng.integers(0, len(names), n)],
+            "__gs": rng.integers(0, 3, n) * 1000,
+            "__ge": rng.integers(0, 3, n) * 1000 + 1000,
+            "undo": rng.random(n) < 0.5,
+            "ptime": np.full(n, 7, np.int64),
+            "ver": rng.integers(0, versions, n),
+        }
+    )
+    pd.testing.assert_frame_equal(in_order(changes), _reference_order(changes))

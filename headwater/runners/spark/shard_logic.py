@@ -311,6 +311,8 @@ class ShardLogic:
         # Without a replay's kinds (only an end-of-input stream), every step fires timers.
         fire_timers = not plan.has_kind or bool(pc.any(pc.equal(table[KIND], "clock")).as_py())
         end = bool(pc.any(pc.equal(table[KIND], "end")).as_py())
+        if not pc.any(control).as_py():  # data rows only: no copy of the table
+            return table, fire_timers, end
         return table.filter(pc.invert(control)), fire_timers, end
 
     def _without_null_times(self, data: pa.Table | None) -> tuple[pa.Table | None, pd.DataFrame]:

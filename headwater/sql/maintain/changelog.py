@@ -172,6 +172,30 @@ def _integral(frame: pd.DataFrame, columns: list[str]) -> list[np.ndarray] | Non
     return arrays
 
 
+def _sort_codes(values: np.ndarray) -> np.ndarray:
+    """int64 codes that sort as ``values`` do (nulls last, as ``sort_values``'
+    ``na_position="last"``): the values themselves when integral, else the ranks
+    of the distinct values (one hash pass and a sort of the distinct values only,
+    not a sort of every row's text)."""
+    if values.dtype.kind in _INTEGRAL:
+        return values.astype(np.int64, copy=False)
+    codes, uniques = pd.factorize(values, sort=True)
+    return np.where(codes < 0, len(uniques), codes).astype(np.int64, copy=False)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` (int64) shifted to start at 0 in the narrowest unsigned type that holds
+    it: sort keys of at most 16 bits sort by radix (``np.lexsort``), several times
+    faster than int64 keys, in the same order."""
+    if not len(a):
+        return a
+    low, high = int(a.min()), int(a.max())
+    for kind in (np.uint8, np.uint16):
+        if high - low <= np.iinfo(kind).max:
+            return (a - low).astype(kind)
+    return a
+
+
 def _equal_runs(arrays: list[np.ndarray], order: np.ndarray) -> np.ndarray:
     """For the rows in ``order``, whether each equals the next on every array."""
     same = np.ones(max(len(order) - 1, 0), dtype=bool)
@@ -628,10 +652,9 @@ def in_order(changes: pd.DataFrame) -> pd.DataFrame:
     if same.any():
         run = np.r_[0, np.cumsum(~same)]
         tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
-        sub = changes[rest].iloc[order[tied]].reset_index(drop=True)
-        sub["__hw_run"] = run[tied]
-        within = sub.sort_values(["__hw_run", *rest], kind="stable", na_position="last")
-        order[tied] = order[tied][within.index.to_numpy()]
+        rows = order[tied]
+        codes = [_sort_codes(changes[c].to_numpy()[rows]) for c in rest]
+        order[tied] = rows[np.lexsort([_narrow(a) for a in (*codes[::-1], run[tied])])]
     if (order[1:] > order[:-1]).all():
         return _plain(changes)
     out = changes.take(order)
