@@ -136,13 +136,10 @@ def documents(text: str) -> list[Any]:
     decoder = json.JSONDecoder()
     values: list[Any] = []
     at = 0
-    while True:
-        while at < len(text) and text[at].isspace():
-            at += 1
-        if at == len(text):
-            return values
-        value, at = decoder.raw_decode(text, at)
+    while rest := text[at:].lstrip():
+        value, at = decoder.raw_decode(text, len(text) - len(rest))
         values.append(value)
+    return values
 
 
 def run_once(version: str, tree: Path, bench: list[str]) -> Run:

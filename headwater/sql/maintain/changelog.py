@@ -306,30 +306,31 @@ class RowCounts:
         if located is None:
             return None
         at = located[0]
+        found = at >= 0
         out = np.zeros(len(groups), dtype=np.int64)
-        out[at >= 0] = self.groups["n"].to_numpy(np.int64)[at[at >= 0]]
+        out[found] = self.groups["n"].to_numpy(np.int64)[at[found]]
         return out
 
     def record(self, groups: pd.DataFrame, counts: np.ndarray, gone: pd.DataFrame) -> bool:
         """Set the counts of ``groups`` (distinct) and forget those of ``gone``;
         False (nothing recorded) when a hash names two groups."""
-        located = self._found(groups)
-        dropped = self._found(gone) if len(gone) else (np.zeros(0, dtype=np.int64), None)
+        located, dropped = self._found(groups), self._found(gone)
         if located is None or dropped is None:
             return False
         at, hashes = located
         if len(np.unique(hashes)) < len(hashes):
             return False
+        found = at >= 0
         kept = self.groups["n"].to_numpy(np.int64).copy()
-        kept[at[at >= 0]] = counts[at >= 0]
+        kept[at[found]] = counts[found]
         live = np.ones(len(kept), dtype=bool)
         live[dropped[0][dropped[0] >= 0]] = False
-        live[at[at >= 0]] = True  # a group both withdrawn and fired again is kept
-        fresh = groups.loc[at < 0, list(GROUP_COLUMNS)].assign(n=counts[at < 0])
+        live[at[found]] = True  # a group both withdrawn and fired again is kept
+        fresh = groups.loc[~found, list(GROUP_COLUMNS)].assign(n=counts[~found])
         old = self.groups.assign(n=kept)[live]
         frame = pd.concat([old, fresh], ignore_index=True) if len(old) else fresh
         self.groups = frame.reset_index(drop=True)
-        self._index = pd.Index(np.r_[self._index.to_numpy()[live], hashes[at < 0]])
+        self._index = pd.Index(np.r_[self._index.to_numpy()[live], hashes[~found]])
         return True
 
     def expire(self, horizon: int) -> None:

@@ -252,7 +252,8 @@ class GroupMaintainer:
         if blob:
             version, *kept = pickle.loads(blob)
             if version not in _READABLE:
-                raise ValueError(f"SQL state of version {version}; this headwater reads 1, 2")
+                readable = ", ".join(map(str, _READABLE))
+                raise ValueError(f"SQL state of version {version}; this headwater reads {readable}")
             state.last, state.versions = kept[0], kept[1]
             # version 1 kept no counts: a state restored from it evaluates in full
             counted = kept[2] if version >= 2 else None
