@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from headwater.model import arrow_values
 from headwater.model import types as HT
+from headwater.model.arrays import distinct_sorted
 from headwater.model.types import DataType
 
 Acc = dict[str, np.ndarray]
@@ -597,7 +598,7 @@ class CountDistinct(CombineFn):
 
     The accumulator is each window's distinct values (a numpy array). ``add`` and
     ``merge`` deduplicate all (group, value) pairs of a call at once: values are
-    factorized to codes and the pairs made unique with one ``np.unique``.
+    factorized to codes and the pairs made unique with one sort.
     """
 
     name = "count_distinct"
@@ -617,7 +618,7 @@ class CountDistinct(CombineFn):
             return {"distinct": out}
         codes, uniques = pd.factorize(values, use_na_sentinel=True)
         uniques = np.asarray(uniques)
-        pairs = np.unique(groups.astype(np.int64) * (len(uniques) + 1) + codes)
+        pairs = distinct_sorted(groups.astype(np.int64) * (len(uniques) + 1) + codes)
         g, c = np.divmod(pairs, len(uniques) + 1)
         cuts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
         for group, chunk in zip(g[cuts], np.split(uniques[c], cuts[1:]), strict=True):

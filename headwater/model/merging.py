@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from headwater.model.arrays import distinct_sorted
 from headwater.model.panes import Accumulation, TimestampCombiner
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.triggers import MergeOp
@@ -121,7 +122,7 @@ class WindowMerger:
         keeps its pane history; a new one starts at pane index 0.
         """
         c = self.table.cols
-        touched = np.isin(c["key"], np.unique(code))
+        touched = np.isin(c["key"], distinct_sorted(code))
         s_rows = np.flatnonzero(touched)
         elem_group, first = group_ids(code, ws, we)
         u_key, u_start, u_end = code[first], ws[first], we[first]

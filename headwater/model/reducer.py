@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from headwater.model import state
+from headwater.model.arrays import distinct_sorted, rows_union, union_sorted
 from headwater.model.arrow_values import exact_numpy
 from headwater.model.combiners import CombineFn, ToList, object_array
 from headwater.model.merging import RetractionQueue, WindowMerger
@@ -157,7 +158,7 @@ class Reducer:
             self.watermark = int(watermark)
             c = self._table.cols
             due = np.flatnonzero(c["eow_timer"] & (c["end"] <= self.watermark) & ~c["closed"])
-            evaluate = np.union1d(rows, due)
+            evaluate = rows_union(rows, due, len(self._table))
         parts = [self._evaluate(evaluate, self._context(evaluate))] if len(evaluate) else []
         if advanced:
             parts.extend(self._collect())
@@ -299,10 +300,10 @@ class Reducer:
         if not len(codes):
             return
         table.keep(~np.isin(table.cols["key"], codes))
-        live = np.unique(table.cols["key"])
+        live = distinct_sorted(table.cols["key"])
         queue = self._queue.frame
         if len(queue):
-            live = np.union1d(live, queue["owner_key"].to_numpy(np.int64))
+            live = union_sorted(live, queue["owner_key"].to_numpy(np.int64))
         remap = np.full(len(table.keys), -1, dtype=np.int64)
         remap[live] = np.arange(len(live))
         table.cols["key"] = remap[table.cols["key"]]
@@ -316,9 +317,9 @@ class Reducer:
         """Serialize the whole state (for Spark's state store or a checkpoint) in
         the versioned format of :mod:`headwater.model.state`."""
         table, queue = self._table, self._queue.frame
-        live_keys = np.unique(table.cols["key"])
+        live_keys = distinct_sorted(table.cols["key"])
         if len(queue):
-            live_keys = np.union1d(live_keys, queue["owner_key"].to_numpy(np.int64))
+            live_keys = union_sorted(live_keys, queue["owner_key"].to_numpy(np.int64))
         remap = np.full(len(table.keys), -1, dtype=np.int64)
         remap[live_keys] = np.arange(len(live_keys))
         cols = dict(table.cols)

@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 
+from headwater.model.arrays import distinct_sorted, union_sorted
 from headwater.model.arrow_values import exact_numpy
 from headwater.model.combiners import ToList
 from headwater.model.reducer import Reducer
@@ -562,13 +563,13 @@ def steps_of(plan: QueryPlan, rows: pd.DataFrame, as_of: int | None):
     times += [
         t.watermarks["ptime"].to_numpy(np.int64) for t in plan.streams if t.watermarks is not None
     ]
-    ptimes = np.unique(np.concatenate(times))
+    ptimes = distinct_sorted(np.concatenate(times))
     ttl = state_ttl(plan)
     if ttl is not None and len(ptimes):
         touched = ~np.isnan(rows[EVENT_TIME].to_numpy(np.float64))
         at = rows[PTIME].to_numpy(np.int64)[touched]
         expiries = expiry_times(rows[KEY].to_numpy(object)[touched], at, ttl)
-        ptimes = np.union1d(ptimes, expiries[expiries <= ptimes[-1]])
+        ptimes = union_sorted(ptimes, expiries[expiries <= ptimes[-1]])
     ended = len(ptimes) and (as_of is None or as_of >= ptimes[-1])
     if as_of is not None:
         ptimes = ptimes[ptimes <= as_of]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headwater.model.arrays import distinct_sorted
 from headwater.model.idle import IdleKeys
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
@@ -55,7 +56,7 @@ def expiry_times(keys: np.ndarray, ptimes: np.ndarray, ttl: int) -> np.ndarray:
     same = np.r_[key[1:] == key[:-1], False]
     follows = np.r_[at[1:], 0]
     idle = ~same | (follows >= at + ttl)
-    return np.unique(at[idle] + ttl)
+    return distinct_sorted(at[idle] + ttl)
 
 
 def _expire(idle: IdleKeys | None, reducer: Reducer, maintainer: Any, state: Any, now: int):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headwater.model.arrays import distinct_sorted
 from headwater.model.combiners import occurrences
 
 #: Columns of a changelog after the query's own columns.
@@ -318,7 +319,7 @@ class RowCounts:
         if located is None or dropped is None:
             return False
         at, hashes = located
-        if len(np.unique(hashes)) < len(hashes):
+        if len(distinct_sorted(hashes)) < len(hashes):
             return False
         found = at >= 0
         kept = self.groups["n"].to_numpy(np.int64).copy()

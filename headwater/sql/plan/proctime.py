@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
+from headwater.model.arrays import distinct_sorted
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated
 from headwater.sql.errors import SqlError, position
 from headwater.sql.plan.catalog import PTIME, Catalog, Table
@@ -120,7 +121,7 @@ def processing_time_stream(table: Table, column: str, name: str) -> Table:
         return replace(table, spark=spark, watermark=BoundedOutOfOrderness(0), **common)
     frame = table.frame
     arrival = frame[PTIME].to_numpy(np.int64)
-    times = np.unique(arrival)
+    times = distinct_sorted(arrival)
     return replace(
         table,
         frame=frame.assign(**{column: pd.to_datetime(arrival, unit="ms")}),
