@@ -12,7 +12,7 @@ import pytest
 
 from headwater.sql import read_replay
 from headwater.sql import sql as hsql
-from headwater.sql.execute.aggregate_local import AggregatePlan, carried
+from headwater.sql.execute.aggregate_local import KEY, AggregatePlan, carried
 from headwater.sql.execute.aggregate_spark import EVENT_TIME_LETTER, carried_sources
 from headwater.sql.execute.local import compile_sql
 
@@ -20,9 +20,9 @@ PAPER = "tests/sql/data/paper/bids.jsonl"
 WINDOW = "Tumble(data => TABLE(Bid), timecol => DESCRIPTOR(bidtime), dur => INTERVAL '10' MINUTE)"
 
 
-def _sources(select: str) -> dict[str, str]:
+def _sources(select: str, group: str = "") -> dict[str, str]:
     table = read_replay(PAPER, "Bid", "bidtime")
-    text = f"SELECT wstart, wend, {select} FROM {WINDOW} GROUP BY wstart, wend"
+    text = f"SELECT wstart, wend, {select} FROM {WINDOW} GROUP BY wstart, wend{group}"
     plan = compile_sql(hsql(text, {"Bid": table}).plan)
     assert isinstance(plan, AggregatePlan)
     names = {column: name for name, column in zip(carried(plan), plan.schema.names, strict=True)}
@@ -40,3 +40,19 @@ def test_an_argument_shipped_unchanged_and_the_event_time_are_not_carried_twice(
 @pytest.mark.parametrize("select", ["SUM(price * 2) AS total", "SUM(CAST(price AS DOUBLE)) AS t"])
 def test_a_computed_argument_leaves_the_column_carried(select: str) -> None:
     assert _sources(select)["price"].startswith("__r")
+
+
+@pytest.mark.parametrize("column", ["item", "price"])
+def test_the_lone_group_column_is_read_from_the_shard_key(column: str) -> None:
+    """A text or integer GROUP BY column is the shard key itself: its dead-letter
+    copy is the key, so the column crosses the shuffle once."""
+    sources = _sources(f"{column}, COUNT(*) AS n", f", {column}")
+    assert sources[column] == KEY
+    other = "price" if column == "item" else "item"
+    assert sources[other].startswith("__r")
+
+
+def test_two_group_columns_leave_them_carried() -> None:
+    """Two GROUP BY columns travel in the key as JSON, not as themselves."""
+    sources = _sources("item, price, COUNT(*) AS n", ", item, price")
+    assert sources["item"].startswith("__r") and sources["price"].startswith("__r")

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from sqlglot import exp
 
 from headwater.io.replay import read_replay as read_timeline
 from headwater.io.replay import register_replay_source, write_timeline
@@ -76,10 +77,14 @@ def carried_sources(sql: AggregatePlan) -> dict[str, str]:
     runner's dead letters that holds it: the projection's own column where it ships
     the stream's column unchanged (an aggregate's argument; the event time, which
     every dead letter has as :data:`EVENT_TIME_LETTER`), so that a row's values
-    cross the shuffle once; its own ``__r<i>`` for the others."""
+    cross the shuffle once; its own ``__r<i>`` for the others. The one GROUP BY
+    column that the shard key carries as it is comes from the key (``KEY``)."""
     table = sql.shape.stream
     # An argument that is the column itself, written bare or quoted.
     shipped = {expr.strip("`"): name for name, expr in sql.projection.args["spark"].items()}
+    keyed = key_column(sql)
+    if keyed is not None:
+        shipped[keyed] = KEY
     sources = {}
     for name, f in zip(carried(sql), sql.schema, strict=True):
         if pa.types.is_timestamp(f.type):
@@ -88,6 +93,24 @@ def carried_sources(sql: AggregatePlan) -> dict[str, str]:
         else:
             sources[name] = shipped.get(f.name, name)
     return sources
+
+
+def key_column(sql: AggregatePlan) -> str | None:
+    """The stream's column that the shard key is, unchanged: a lone GROUP BY column
+    of text, integers or booleans, which the runner keys by its own value
+    (``_user_key`` in :mod:`headwater.runners.spark.streaming`); None otherwise."""
+    group = sql.shape.group
+    if len(group) != 1:
+        return None
+    field = next((f for f in sql.schema if f.name.lower() == group[0].lower()), None)
+    if field is None or not (
+        pa.types.is_string(field.type)
+        or pa.types.is_integer(field.type)
+        or pa.types.is_boolean(field.type)
+    ):
+        return None
+    itself = exp.column(field.name, quoted=True).sql(dialect="spark")
+    return field.name if sql.projection.key["spark"] == itself else None
 
 
 def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry: bool = False):
@@ -326,9 +349,10 @@ def _partial_columns(sql: AggregatePlan) -> list:
 
 
 def _carried_columns(sql: AggregatePlan) -> tuple[str, ...]:
-    """The packet columns the dead letters carry (the event time is every letter's own)."""
+    """The packet columns the dead letters carry (the event time and the key are every
+    letter's own)."""
     sources = carried_sources(sql).values()
-    return tuple(dict.fromkeys(s for s in sources if s != EVENT_TIME_LETTER))
+    return tuple(dict.fromkeys(s for s in sources if s not in (EVENT_TIME_LETTER, KEY)))
 
 
 def live_output(
@@ -355,7 +379,9 @@ def live_output(
         sql,
         project(sql, table.spark, carry=True),
         table.watermark,
-        lift=lift,
+        # a dead letter keeps its whole row, even where every column already travels
+        # (nothing left to carry): rows are lifted only when the caller says so
+        lift=False if lift == "auto" else lift,
         num_shards=num_shards,
         carry=(*_carried_columns(sql), *(CARRIED if table.permissive else ())),
         end_of_input=end_of_input,
