@@ -180,9 +180,9 @@ def spark_runs(spark, jobs: Mapping[Any, Callable[[], Any]], workers: int = 4) -
 
 #: Failures of an overloaded machine or of Spark's concurrent queries, not of the
 #: query: a Python worker that cannot connect back to the JVM in time; a task that
-#: Spark cannot deserialize (``OptionalDataException`` in a map it serialized while
-#: another query in the session changed it; seen once in a CI run, the same
-#: queries then passed). Each is run again alone, so the query is still checked.
+#: Spark cannot deserialize (``OptionalDataException`` reading a map, while other
+#: queries ran in the session; seen once in a CI run, and the same queries then
+#: passed). Each is run again alone, so the query is still checked.
 _TRANSIENT = re.compile(
     r"Python worker failed to connect back|CANNOT_OPEN_SOCKET|java\.io\.OptionalDataException"
 )
