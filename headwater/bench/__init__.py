@@ -20,13 +20,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """A benchmark's ``--help``: its module docstring as written, and every option's
     default (what a run measures depends on them)."""
+
+
+def fresh(path: Path) -> Path:
+    """``path``, with what an earlier run with the same ``--workdir`` left there removed
+    (the bench's own checkpoints, sinks and fed folders). Left there, a checkpoint
+    resumes (Spark's own query then reads nothing new and reports 0 rows, headwater's
+    refuses an input that has ended) and a sink skips the batch ids it holds."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    return path
 
 
 def available() -> list[str]:

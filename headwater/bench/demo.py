@@ -49,12 +49,13 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 from statistics import median
 from typing import Any
 
 import pandas as pd
 
-from headwater.bench import HelpFormatter
+from headwater.bench import HelpFormatter, fresh
 from headwater.examples import demo
 from headwater.io.replay import read_replay, write_timeline
 
@@ -196,7 +197,7 @@ def bench(spark, args, work: str) -> dict[str, Any]:
     n = iter(range(1_000_000))
 
     def checkpoint() -> str:
-        return os.path.join(work, f"checkpoint-{next(n)}")
+        return str(fresh(Path(work) / f"checkpoint-{next(n)}"))
 
     if not args.no_warmup:
         run_headwater(spark, warm, checkpoint())

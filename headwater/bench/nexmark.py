@@ -35,7 +35,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from headwater.bench import HelpFormatter, latency
+from headwater.bench import HelpFormatter, fresh, latency
 from headwater.bench.baselines import nexmark_spark
 from headwater.bench.baselines.nexmark_flink import flink_entries
 from headwater.bench.baselines.nexmark_spark import NATIVE_MISSING
@@ -264,10 +264,10 @@ def sink_path(name: str, args, work: Path) -> Path:
 
 
 def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[str, Any]:
-    sink = sink_path(name, args, work)
+    sink = fresh(sink_path(name, args, work))
     options: dict[str, Any] = {}
     if args.runner == "spark":
-        options["checkpoint"] = str(work / f"checkpoint-{name}")
+        options["checkpoint"] = str(fresh(work / f"checkpoint-{name}"))
         started_session()
     text = script(name, args, data, sink)
     try:
@@ -352,7 +352,7 @@ def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
         spark,
         name,
         data,
-        work / f"native-checkpoint-{name}",
+        fresh(work / f"native-checkpoint-{name}"),
         lambda df: counted.append(noop_count(df)),
     )
     if mode is None:
@@ -364,9 +364,10 @@ def run_native(name: str, data: Path, work: Path, total: int) -> dict[str, Any]:
 def latency_headwater(name: str, args, plan: latency.Feed, work: Path) -> dict[str, Any]:
     """headwater's query, long-running on Spark over the fed files."""
     spark = started_session()
-    live = work / f"live-headwater-{name}"
+    live = fresh(work / f"live-headwater-{name}")
     latency.live_directory(plan, live)
-    sink, root = work / f"{name}-latency.duckdb", work / f"latency-checkpoint-{name}"
+    sink = fresh(work / f"{name}-latency.duckdb")
+    root = fresh(work / f"latency-checkpoint-{name}")
     text = script(name, args, live, sink)
     errors: list[Exception] = []
 
@@ -404,10 +405,10 @@ def latency_native(name: str, plan: latency.Feed, work: Path) -> dict[str, Any]:
     """Spark's own query, long-running over the fed files; its sink brings each
     micro-batch's rows to the driver, as headwater's does."""
     spark = started_session()
-    live = work / f"live-spark-{name}"
+    live = fresh(work / f"live-spark-{name}")
     latency.live_directory(plan, live)
     counted: list[int] = []
-    root = work / f"native-latency-checkpoint-{name}"
+    root = fresh(work / f"native-latency-checkpoint-{name}")
     started = nexmark_spark.start(
         spark, name, live, root, lambda df: counted.append(len(df.toPandas())), trigger={}
     )

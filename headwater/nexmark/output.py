@@ -76,6 +76,8 @@ def write_parquet(events: NexmarkEvents, out, events_per_file: int) -> list[str]
         written = [folder / f"part-{k:05d}.parquet" for k in range(files)]
         for k, path in enumerate(written):  # one file per N events, not per event
             pq.write_table(table.slice(cuts[k], cuts[k + 1] - cuts[k]), path)
+        for stale in set(folder.glob("part-*.parquet")) - set(written):
+            stale.unlink()  # an earlier write's: a file stream would read it too
         in_arrival_order(written)
         paths += map(str, written)
     return paths

@@ -132,6 +132,14 @@ def test_harness_on_spark(spark, capsys, tmp_path):
     assert q2[0]["rows"] == q2[1]["rows"]
     assert queries["q6"]["spark"]["status"] == "not written"
     assert "not expressible" in queries["q6"]["spark"]["reason"]
+    # The same workdir again: each engine starts from a new checkpoint (an earlier
+    # run's would make Spark's own query read nothing and headwater's refuse its
+    # ended input).
+    argv = ["--queries", "q0", "--events", "300", "--warmup-events", "0", "--json"]
+    assert main([*argv, "--runner", "spark", "--seed", "3", "--workdir", str(tmp_path)]) == 0
+    again = json.loads(capsys.readouterr().out)["queries"]["q0"]
+    assert [again[e]["status"] for e in ("headwater", "spark")] == ["ran", "ran"]
+    assert again["spark"]["rows"] == again["headwater"]["rows"] == bids.num_rows
 
 
 @pytest.mark.flink

@@ -161,6 +161,17 @@ def test_files(tmp_path, shuffled):
     assert set(first) == {"ptime", "row"}
 
 
+def test_files_written_again_replace_the_earlier_ones(tmp_path, shuffled):
+    """Writing into the folder of an earlier write with more files leaves only this
+    write's: a file stream over it reads these events, none of the earlier ones."""
+    write(shuffled, tmp_path, ["parquet"], events_per_file=7000)
+    write(shuffled, tmp_path, ["parquet"], events_per_file=25_000)
+    for name, table in shuffled.tables.items():
+        parts = sorted((tmp_path / name).glob("*.parquet"))
+        assert [p.name for p in parts] == ["part-00000.parquet", "part-00001.parquet"]
+        assert pa.concat_tables([pq.read_table(p) for p in parts]).equals(table)
+
+
 def test_cli(tmp_path, capsys):
     rc = main(["generate", "--events", "500", "--out", str(tmp_path), "--format", "parquet"])
     assert rc == 0

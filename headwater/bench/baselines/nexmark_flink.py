@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from headwater.bench import fresh
 from headwater.io.sinks.relation import COUNT, ROW
 from headwater.io.sinks.results import BATCH_COL
 
@@ -163,7 +164,7 @@ def flink_entries(
         for name in names:
             yield name, {"status": "not run", "reason": reason}
         return
-    out = work / "flink"
+    out = fresh(work / "flink")  # the batch check's sinks append to what is there
     warm = work / "warmup" / "data"
     warm_data = warm if getattr(args, "warmup_events", 0) and warm.is_dir() else None
     warmed: dict[str, Any] = {}
