@@ -467,7 +467,10 @@ class EachBatch:
         """The batch's changes, ``ver`` numbered by Spark's window, handed uncollected
         to a sink that discards them (a blackhole: it runs them in one job); the
         changes per event time of the instants a later row may still join, and the
-        horizon they are kept for (:func:`kept_from`), observed in that same job."""
+        horizon they are kept for (:func:`kept_from`). Observed in that same job: the
+        largest event time and the batch's :func:`recent_bound` largest event times
+        (a bounded heap per task, where a list of every event time cost more than
+        the batch's query); a second job counts them only when those may miss some."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -475,19 +478,46 @@ class EachBatch:
         watermark, ptime, horizon = times
         changes = _changes(F, batch, query, versions, watermark)
         out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
-        et, latest = F.col(EVENT_TIME), F.max(EVENT_TIME)
-        # kept_from in Spark: the list holds only the instants kept, not every one
-        floor = F.when(
-            latest - F.lit(query.delay) > 0, F.greatest(F.lit(horizon), latest - F.lit(query.delay))
-        ).otherwise(F.lit(horizon))
-        recent = F.filter(F.collect_list(et), lambda t: t + F.lit(1 + query.lateness) > floor)
+        et, bound = F.col(EVENT_TIME), recent_bound(versions)
         observation = Observation()
-        out = out.observe(observation, recent.alias("t"), latest.alias("latest"))
+        top = F.max_by(et, et, bound).alias("top")
+        out = out.observe(observation, top, F.max(et).alias("latest"))
         self.sink(out.drop(EVENT_TIME), batch_id)
         metrics = observation.get
-        times, n = np.unique(np.asarray(metrics.get("t") or [], np.int64), return_counts=True)
-        counts = dict(zip(times.tolist(), n.tolist(), strict=True))
-        return counts, kept_from(horizon, metrics.get("latest"), query.delay)
+        floor = kept_from(horizon, metrics.get("latest"), query.delay)
+        counts = recent_counts(metrics.get("top"), bound, floor, query.lateness)
+        if counts is None:  # more changes after the horizon than the bound
+            recent = _rows(batch, query, watermark).where(et + F.lit(1 + query.lateness) > floor)
+            counts = tally(recent.select(et).toArrow(), floor, query.lateness)
+        return counts, floor
+
+
+#: The fewest and the most event times a discarded batch's observation brings to the
+#: driver (the most: Spark's limit for ``max_by``'s ``k``).
+RECENT = (10_000, 100_000)
+
+
+def recent_bound(versions: Versions) -> int:
+    """How many of a discarded batch's largest event times to observe: twice the
+    changes the counts before it hold (those of the instants a row may still join,
+    about what the batch's counts will hold), within :data:`RECENT`. Too few costs a
+    second job (:func:`recent_counts` says when), never a wrong count."""
+    low, high = RECENT
+    return min(high, max(low, 2 * sum(versions.counts.values())))
+
+
+def recent_counts(top, bound: int, floor: int, lateness: int) -> dict[int, int] | None:
+    """The changes per event time a later row may still join (past ``floor``, as
+    :func:`tally` keeps them) from ``top``, the batch's ``bound`` largest event times
+    (fewer: the batch had fewer changes). None when they may not hold every such
+    change: ``bound`` of them, the smallest past the horizon (its instant, and any
+    before it, may have more changes than the bound let in)."""
+    times = np.asarray(top or [], np.int64)
+    low = floor - 1 - lateness  # an instant is kept when it is after this
+    if len(times) >= bound and times.min() > low:
+        return None
+    values, n = np.unique(times[times > low], return_counts=True)
+    return dict(zip(values.tolist(), n.tolist(), strict=True))
 
 
 def start(
