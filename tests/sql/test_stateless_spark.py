@@ -9,6 +9,7 @@ resumed from its checkpoint gives the same changelog."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -135,6 +136,78 @@ def test_stateless_path_equals_the_shard_operator(spark, tmp_path):
         "ver",
     ]
     assert [str(t) for t in fast[0].dtypes] == [str(t) for t in slow[0].dtypes]
+
+
+def _parquet_stream(spark, directory, files) -> Table:
+    """``files`` (CSV lines of FILES' form, every line well formed) as Parquet files
+    in arrival order, and the stream of them (not permissive: Parquet has no
+    malformed line)."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, lines in enumerate(files):
+        rows = [line.split(",") for line in lines]
+        frame = pd.DataFrame(rows, columns=["bidtime", "price", "item"])
+        stamps = pd.to_datetime(frame["bidtime"]).astype("datetime64[us]")  # Spark's unit
+        frame = frame.assign(bidtime=stamps, price=frame["price"].astype("int64"))
+        paths.append(os.path.join(directory, f"part-{i:03d}.parquet"))
+        frame.to_parquet(paths[-1], index=False)
+    in_arrival_order(paths)
+    df = spark.readStream.schema("bidtime TIMESTAMP, price BIGINT, item STRING")
+    df = df.option("maxFilesPerTrigger", 1).parquet(str(directory))
+    types = {"bidtime": "TIMESTAMP", "price": "BIGINT", "item": "VARCHAR"}
+    return Table(
+        "Bid", spark=df, event_time="bidtime", watermark=BoundedOutOfOrderness(300_000), types=types
+    )
+
+
+def _read_schema(plan: str) -> str:
+    """The columns the micro-batch's file scan reads (its ``ReadSchema``)."""
+    found = re.search(r"ReadSchema: struct<([^>]*)>", plan)
+    assert found is not None, plan
+    return found.group(1)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("source", ["parquet", "permissive csv"])
+def test_without_a_dead_letter_sink_a_batch_reads_only_the_querys_columns(
+    spark, tmp_path, capsys, source
+):
+    """With no dead-letter sink, a Parquet stream is cut to the columns the query
+    reads before Spark materializes the micro-batch (``price`` is not read from the
+    files), and the changelog is the one a run with a dead-letter sink (every column
+    carried) gives. A permissive CSV stream is not cut: Spark's reader finds a line
+    malformed only in a column it reads, so the line malformed only in ``price``
+    (``Q``) would be a row of the changelog."""
+    wellformed = [[row for row in rows if row[0].isdigit() and ",x," not in row] for rows in FILES]
+    text = "SELECT bidtime, lower(item) AS item FROM Bid"
+
+    def stream() -> Table:
+        if source == "parquet":
+            return _parquet_stream(spark, tmp_path / "parquet", wellformed)
+        return _stream(spark, _write(tmp_path / "csv", [*FILES, ["2020-04-15 08:31:00,x,Q"]]))
+
+    def run(name: str, letters: bool):
+        changes: list = []
+        query = SparkSqlQuery(text, {"Bid": stream()}, spark=spark)
+        started = query.start(
+            checkpoint_location=str(tmp_path / name),
+            sink=lambda df, i: changes.append(df.toPandas().assign(batch=i)),
+            dead_letter_sink=(lambda df, i: df.count()) if letters else None,
+            trigger={"availableNow": True},
+            end_of_input="never",
+        )
+        started.awaitTermination()
+        capsys.readouterr()
+        started.explain()
+        return changes, _read_schema(capsys.readouterr().out)
+
+    cut, read = run("cut", letters=False)
+    whole, read_whole = run("whole", letters=True)
+    assert _log(cut, tmp_path / "cut") == _log(whole, tmp_path / "whole")
+    items = set(pd.concat(cut, ignore_index=True)["item"])
+    assert "q" not in items and "g" in items
+    assert "bidtime" in read and "item" in read and "price" in read_whole
+    assert ("price" in read) == (source != "parquet")
 
 
 def _micro_batch_plan(spark, data, checkpoint, capsys, fast_path: bool) -> str:
@@ -463,3 +536,21 @@ def test_the_recent_bound_follows_the_counts_kept():
     assert stateless_spark.recent_bound(stateless_spark.Versions({})) == low
     kept = stateless_spark.Versions({t: 4 for t in range(low)})  # 4 * low changes
     assert stateless_spark.recent_bound(kept) == min(high, 8 * low)
+
+
+def test_columns_read_by_a_stateless_query():
+    """``columns_read``: the stream's columns named anywhere in the query, ``*``
+    spelled out, names matched without case."""
+    from headwater.sql.plan.stateless import columns_read
+
+    stream = hw.from_pandas(
+        BIDS.assign(Extra=["x"]), event_time="bidtime", arrival_time="bidtime", watermark="1 minute"
+    )
+
+    def read(text: str) -> set[str]:
+        return set(columns_read(hw.sql(text, {"Bid": stream}).plan))
+
+    assert read("SELECT price * 2 AS p FROM Bid WHERE price > 1") == {"price"}
+    assert read("SELECT upper(ITEM) FROM Bid WHERE EXTRA <> ''") == {"item", "Extra"}
+    assert read("SELECT * FROM Bid") == {"bidtime", "price", "item", "Extra"}
+    assert read("SELECT bidtime, price FROM Bid WHERE item IS NULL") == {"bidtime", "price", "item"}

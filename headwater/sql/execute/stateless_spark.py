@@ -56,7 +56,7 @@ from headwater.sql.execute.local import SqlPlan, columns_of
 from headwater.sql.execute.permissive import CARRIED
 from headwater.sql.execute.spark_collect import run_persisted
 from headwater.sql.maintain.groups import SOURCE
-from headwater.sql.plan.stateless import EVENT_TIME, with_event_time
+from headwater.sql.plan.stateless import EVENT_TIME, columns_read, with_event_time
 from headwater.sql.plan.translate import to_engine_sql
 
 #: The folder of the checkpoint that keeps the version counts, one file per batch.
@@ -168,9 +168,11 @@ def plan_stateless(sql: SqlPlan, delay: int, spark=None) -> StatelessQuery:
     """The stateless form of ``sql`` (its query takes the stateless path); with
     ``spark``, its types spelled in Spark SQL by Spark itself (:func:`batch_sql`)."""
     plan = sql.query
-    layout = sql.layouts[0]
+    layout, read = sql.layouts[0], columns_read(sql.query)
     view = [
-        (c, u, c in layout.timestamps) for c, u in zip(layout.columns, layout.union, strict=True)
+        (c, u, c in layout.timestamps)
+        for c, u in zip(layout.columns, layout.union, strict=True)
+        if c in read
     ]
     maintainer = sql.maintainer
     types = [to_spark(maintainer.types[c], what=repr(c)) for c in maintainer.columns]
@@ -542,10 +544,15 @@ def start(
     checkpoint = Checkpoint(checkpoint_location)
     if checkpoint.has_ended():
         raise InputEndedError(ended_message(checkpoint_location))
-    # the group key is the general path's (its shards'): not computed per row here
-    stream = union.drop("key").withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
-    stream = stream.withWatermark(_WATERMARKED, f"{delay} milliseconds").drop(_WATERMARKED)
     query = plan_stateless(sql, delay, union.sparkSession)
+    if dead_letter_sink is None and not query.permissive:
+        # only the columns the query reads: a dead letter would need every one, and
+        # Spark's CSV and JSON readers find a malformed line only in the columns read
+        union = union.select(SOURCE, *(quoted(u) for _, u, _ in query.view), "ts")
+    else:  # the group key is the general path's (its shards'): not computed per row here
+        union = union.drop("key")
+    stream = union.withColumn(_WATERMARKED, F.timestamp_millis(F.col("ts")))
+    stream = stream.withWatermark(_WATERMARKED, f"{delay} milliseconds").drop(_WATERMARKED)
     each_batch = EachBatch(sql, query, checkpoint, letters_frame, sink, dead_letter_sink)
     writer = stream.writeStream.foreachBatch(each_batch).option(
         "checkpointLocation", checkpoint_location

@@ -103,3 +103,14 @@ def with_event_time(plan: QueryPlan) -> exp.Select:
     items.append(exp.column(EVENT_TIME, quoted=True))
     query.set("expressions", items)
     return query
+
+
+def columns_read(plan: QueryPlan) -> frozenset[str]:
+    """The stream's columns the query (``why_not`` None) reads, its ``SELECT *``
+    spelled out: on Spark a micro-batch without a dead-letter sink carries only these
+    from a stream that is not a permissive file stream (a micro-batch is
+    materialized before the query runs over it, so the files' other columns would
+    be read and converted for nothing). Names are matched without case, as Spark
+    resolves them: a match too many only keeps a column."""
+    names = {c.name.lower() for c in with_event_time(plan).find_all(exp.Column)}
+    return frozenset(c for c in plan.streams[0].columns if c.lower() in names)
