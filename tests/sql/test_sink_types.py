@@ -20,7 +20,7 @@ import pytest
 from sql_helpers import write_replay
 
 from headwater.sql.errors import SqlError
-from headwater.sql.execute.sink_types import kind_of, loss, needs_cast, truncates
+from headwater.sql.execute.sink_types import fit_to_sink, kind_of, loss, needs_cast, truncates
 from headwater.sql.script import run_script
 
 STEPS = [
@@ -261,3 +261,55 @@ def test_the_rows_land_in_the_declared_columns_by_position(bids, tmp_path, selec
         added.subtract(map(tuple, log[log["undo"].astype(bool)][["name", "n"]].values.tolist()))
         got = sorted(added.elements())
     assert got == [("a", 2), ("b", 1), ("c", 1)]
+
+
+def _fitted(select: str, declared: dict[str, str]) -> str:
+    """The INSERT's query as :func:`fit_to_sink` gives it, over the test's Bid."""
+    from headwater.sql.parse.dialect import parse_query
+
+    query = parse_query(select)
+    result = [
+        (item.alias_or_name, "DOUBLE" if "AVG" in item.sql() else "BIGINT")
+        for item in query.expressions
+    ]
+    result[0] = (result[0][0], "VARCHAR")
+    return fit_to_sink(query, result, declared, "S").sql()
+
+
+@pytest.mark.parametrize(
+    ("select", "in_place"),
+    [
+        ("SELECT item, AVG(price) AS v FROM Bid GROUP BY item", True),
+        ("SELECT item, AVG(price) AS v FROM Bid GROUP BY item HAVING v > 4", False),
+        ("SELECT item, AVG(price) AS v FROM Bid GROUP BY item ORDER BY v", False),
+        ("SELECT item, AVG(price) AS w FROM Bid GROUP BY item", False),  # renamed: w -> v
+        ("SELECT item, AVG(price) OVER (PARTITION BY item) AS v FROM Bid", False),
+    ],
+)
+def test_a_cast_aggregate_is_cast_in_its_own_item(select, in_place) -> None:
+    """An aggregate cast to its sink column's type is cast where it is computed (the
+    query keeps its shape: a windowed or keyed aggregate stays on the fast path);
+    where a clause names it, a column is renamed or it is a window function, the
+    cast is a SELECT over the query (``__sink``)."""
+    fitted = _fitted(select, {"item": "VARCHAR", "v": "BIGINT"})
+    assert ("__sink" not in fitted) == in_place, fitted
+    if in_place:
+        assert "CAST(TRUNC(AVG(price)) AS BIGINT) AS v" in fitted
+
+
+def test_the_cast_in_its_item_changes_no_change_of_the_changelog(bids, tmp_path) -> None:
+    """The changelog of an aggregate cast in its own item (the fast path) equals that
+    of the same cast written as a SELECT over the query (the general path), every
+    change with its ``undo`` and ``ver``."""
+    inner = "SELECT item, AVG(price) * 1.9 AS v FROM Bid GROUP BY item"
+    outer = f"SELECT item, CAST(TRUNC(v) AS BIGINT) AS v FROM ({inner}) AS q"
+    logs = []
+    for name, select in (("in-place", inner), ("outside", outer)):
+        out = tmp_path / name
+        sink = f"'format' = 'changelog', 'path' = '{out}'"
+        list(run_script(script(bids, "item VARCHAR, v BIGINT", select + " EMIT STREAM", sink)))
+        files = sorted(glob.glob(f"{out}/**/*.parquet", recursive=True))
+        log = pd.concat(pd.read_parquet(f) for f in files)
+        logs.append(sorted(map(tuple, log[["item", "v", "undo", "ver"]].values.tolist())))
+    assert logs[0] == logs[1]
+    assert len(logs[0]) > 3  # a retraction among them: item a changes

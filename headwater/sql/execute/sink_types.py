@@ -171,7 +171,38 @@ def fit_to_sink(
             *position(query),
             f"List the columns and CAST(... AS {declared[names[at]]}) this one",
         )
-    return _projected(query, names, casts)
+    return _cast_in_place(query, names, casts) or _projected(query, names, casts)
+
+
+def _cast_in_place(
+    query: exp.Select, names: list[str], casts: dict[int, tuple[str, bool]]
+) -> exp.Select | None:
+    """``query`` with each cast made on its own item (``AVG(price) AS avg_price``
+    becomes ``CAST(TRUNC(AVG(price)) AS BIGINT) AS avg_price``), so that a windowed
+    or keyed aggregate keeps its own shape (the fast path takes a SELECT of
+    aggregates from the stream; :func:`_projected`'s SELECT over it is not one).
+    Only when that changes nothing else: every result column already has its sink
+    column's name, each cast item is an aggregate (not a group key, not a window
+    function), and no clause names one of them (GROUP BY, HAVING, ORDER BY or
+    QUALIFY would read the cast value). None: :func:`_projected` instead."""
+    items = query.expressions
+    cast_names = {names[i].lower() for i in casts}
+    if [item.alias_or_name for item in items] != names:
+        return None
+    for i in casts:
+        if not isinstance(items[i], exp.Alias) or items[i].find(exp.AggFunc) is None:
+            return None
+        if items[i].find(exp.Window) is not None:
+            return None
+    for column in query.find_all(exp.Column):
+        if not column.table and column.name.lower() in cast_names:
+            return None
+    fitted = query.copy()
+    for i, (to, truncate) in casts.items():
+        value = fitted.expressions[i].this
+        value = exp.cast(exp.Trunc(this=value.copy()) if truncate else value.copy(), to)
+        fitted.expressions[i].set("this", value)
+    return fitted
 
 
 def _projected(
