@@ -471,8 +471,8 @@ class EachBatch:
         changes per event time of the instants a later row may still join, and the
         horizon they are kept for (:func:`kept_from`). Observed in that same job: the
         largest event time and the batch's :func:`recent_bound` largest event times
-        (a bounded heap per task, where a list of every event time cost more than
-        the batch's query); a second job counts them only when those may miss some."""
+        (a bounded heap per task, not a list of every event time sent to the driver);
+        a second job counts them only when those may miss some."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -515,11 +515,9 @@ def recent_counts(top, bound: int, floor: int, lateness: int) -> dict[int, int] 
     change: ``bound`` of them, the smallest past the horizon (its instant, and any
     before it, may have more changes than the bound let in)."""
     times = np.asarray(top or [], np.int64)
-    low = floor - 1 - lateness  # an instant is kept when it is after this
-    if len(times) >= bound and times.min() > low:
+    if len(times) >= bound and times.min() + 1 + lateness > floor:  # kept: may miss some
         return None
-    values, n = np.unique(times[times > low], return_counts=True)
-    return dict(zip(values.tolist(), n.tolist(), strict=True))
+    return tally(pa.table({EVENT_TIME: times}), floor, lateness)
 
 
 def start(
