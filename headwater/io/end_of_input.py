@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.io.python_source import read_stream
+
 FORMAT_NAME = "headwater_end_of_input"
 #: The kind of the control row that ends the input.
 END_KIND = "end"
@@ -72,8 +74,7 @@ class EndOfInput:
 
     def stream(self, spark: Any) -> Any:
         """The control stream: column ``kind``, one ``end`` row once signalled."""
-        spark.dataSource.register(EndOfInputDataSource)
-        return spark.readStream.format(FORMAT_NAME).option("signal", self.signal).load()
+        return read_stream(spark, EndOfInputDataSource, {"signal": self.signal})
 
 
 class EndPartition(InputPartition):  # type: ignore[misc]

@@ -93,6 +93,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from headwater.io.python_source import read_stream
+
 FORMAT_NAME = "headwater_replay"
 RESERVED = ("kind", "key", "ts", "watermark_ms", "proc_ms", "step")
 DEFAULT_COLUMNS: dict[str, str] = {"value": "double"}
@@ -388,11 +390,11 @@ class ReplayDataSource(DataSource):  # type: ignore[misc]
 
 
 def register_replay_source(spark: Any) -> None:
-    """Register the ``headwater_replay`` format with ``spark`` (idempotent)."""
+    """Register the ``headwater_replay`` format with ``spark`` (idempotent), for a
+    user's own ``spark.readStream.format("headwater_replay")``."""
     spark.dataSource.register(ReplayDataSource)
 
 
 def read_replay(spark: Any, path: str | os.PathLike) -> Any:
     """The replay of timeline file ``path`` as a streaming DataFrame."""
-    register_replay_source(spark)
-    return spark.readStream.format(FORMAT_NAME).option("path", str(path)).load()
+    return read_stream(spark, ReplayDataSource, {"path": str(path)})

@@ -33,7 +33,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from headwater.io.replay import read_replay as read_timeline
-from headwater.io.replay import register_replay_source, write_timeline
+from headwater.io.replay import write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.watermarks import BoundedOutOfOrderness, Punctuated, WatermarkStrategy
 from headwater.runners.spark.ending import end_of_input_for, started
@@ -213,7 +213,6 @@ def write_stream_timeline(sql: AggregatePlan, path: str, as_of: int | None) -> d
 def replay_frame(spark, sql: AggregatePlan, path: str):
     """The replay at ``path`` as a stream of the table's own columns (plus the
     replay's ``kind``, ``proc_ms`` and ``watermark_ms``)."""
-    register_replay_source(spark)
     stream = read_timeline(spark, path)
     items = [*_REPLAY_COLUMNS, ROW]
     for i, f in enumerate(sql.schema):

@@ -28,7 +28,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from headwater.io.replay import read_replay as read_timeline
-from headwater.io.replay import register_replay_source, write_timeline
+from headwater.io.replay import write_timeline
 from headwater.model.plan import Schema, build_plan
 from headwater.model.schema import RAW_RECORD_FIELDS, DropReason
 from headwater.model.slack import SlackStrategy
@@ -246,7 +246,6 @@ class SparkSqlQuery(SqlQuery):
         try:
             path = os.path.join(workdir, "timeline.jsonl")
             ptimes = write_union_timeline(sql, path, as_of)
-            register_replay_source(self.spark)
             stream = read_timeline(self.spark, path)
             collected = _collect(self._compile(sql, stream), sql, workdir, ptimes)
         finally:
