@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -19,7 +18,6 @@ import headwater as hw
 from headwater.io.arrival import in_arrival_order
 from headwater.io.end_of_input import InputEndedError
 from headwater.model.watermarks import BoundedOutOfOrderness
-from headwater.sql.execute import stateless_spark
 from headwater.sql.execute.spark import SparkSqlQuery
 from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.plan.stateless import why_not
@@ -427,26 +425,33 @@ class _Discarding:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("recent", [stateless_spark.RECENT, (1, 1)], ids=["observed", "recounted"])
-def test_a_discarding_sink_gets_the_windows_versions(spark, tmp_path, monkeypatch, recent):
-    """A discarding sink's batches (``ver`` numbered by Spark's window, uncollected)
-    equal the collected path's changelog (``ver`` numbered on the driver): ties of
-    08:07 in batch 0, its count carried into batch 1. The counts kept come from the
-    batch's largest event times observed in the sink's job, or (a bound of one, too
-    few for the tie) from a second job."""
-    monkeypatch.setattr(stateless_spark, "RECENT", recent)
-    data = _write(tmp_path / "bids", FILES)
+def test_a_discarding_sink_gets_every_change_without_ver(spark, tmp_path):
+    """A discarding sink (a blackhole) reads no column: it is handed each batch's
+    changes uncollected and without ``ver`` (no window numbers them, no counts are
+    kept), and they are the collected path's changelog less ``ver``, batch by batch.
+    A later run from its checkpoint into a sink that reads ``ver`` is refused, with
+    the checkpoint named: the changes before were never counted."""
+    parts = tmp_path / "bids"
+    data = _write(parts, FILES[:2])
     hole = _Discarding()
     query = SparkSqlQuery(QUERY, {"Bid": _stream(spark, data)}, spark=spark)
     query.start(
-        checkpoint_location=str(tmp_path / "hole"), sink=hole, trigger={"availableNow": True}
+        checkpoint_location=str(tmp_path / "hole"),
+        sink=hole,
+        trigger={"availableNow": True},
+        end_of_input=False,
     ).awaitTermination()
-    collected, _ = _run(spark, data, tmp_path / "collected")
+    collected, _ = _run(spark, data, tmp_path / "collected", end_of_input=False)
+    assert len(hole.batches) == 2 and all("ver" not in b for b in hole.batches.values())
+    less_ver = [part.drop(columns="ver") for part in collected]
     assert _log(list(hole.batches.values()), tmp_path / "hole") == _log(
-        collected, tmp_path / "collected"
+        less_ver, tmp_path / "collected"
     )
-    log = pd.concat(hole.batches.values(), ignore_index=True)
-    assert sorted(log[log["item"].isin(["a", "b"])]["ver"]) == [0, 1, 2]
+    _write(parts, FILES)
+    in_arrival_order([os.path.join(parts, f"part-{i:03d}.csv") for i in range(len(FILES))])
+    with pytest.raises(Exception, match="reads no `ver`") as refused:
+        _run(spark, str(parts), tmp_path / "hole")
+    assert str(tmp_path / "hole") in str(refused.value)
 
 
 def test_a_batch_is_one_statement_over_its_view(spark):
@@ -493,49 +498,6 @@ def test_a_batch_is_one_statement_over_its_view(spark):
     on_time = spark.sql(batch_sql(query, None))
     assert on_time.schema["p`x 2"].dataType == LongType()  # cast from the query's int
     assert sorted(r["__hw_et"] for r in on_time.collect()) == [1_000, 2_000]
-
-
-def _tallied(times: np.ndarray, floor: int, lateness: int) -> dict[int, int]:
-    import pyarrow as pa
-
-    from headwater.sql.plan.stateless import EVENT_TIME
-
-    return stateless_spark.tally(pa.table({EVENT_TIME: times}), floor, lateness)
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_recent_counts_equal_the_tally_of_every_event_time_or_say_none(seed):
-    """``recent_counts`` over a batch's ``bound`` largest event times (as Spark's
-    ``max_by(t, t, bound)`` observes them) against ``tally`` over all of them: the
-    same counts whenever it gives any, and None only when the bound let in every
-    one and the smallest is past the horizon (ties at the cut included)."""
-    rng = np.random.default_rng(seed)
-    times = rng.integers(0, 50, int(rng.integers(0, 40))) * int(rng.integers(1, 4))
-    floor, lateness = int(rng.integers(-5, 120)), int(rng.integers(0, 3))
-    for bound in (1, 3, 10, 100):
-        top = sorted(times.tolist(), reverse=True)[:bound]
-        counts = stateless_spark.recent_counts(top, bound, floor, lateness)
-        cut = len(top) == bound and min(top) > floor - 1 - lateness
-        assert (counts is None) == cut
-        if counts is not None:
-            assert counts == _tallied(times, floor, lateness)
-
-
-def test_recent_counts_at_the_cut():
-    """Ties at the smallest observed time: complete when that instant is before the
-    horizon (not kept), unknown when it is after it."""
-    # times 5, 5, 5, 9, 9 with a bound of 3: 9, 9 and one of the 5s observed
-    assert stateless_spark.recent_counts([9, 9, 5], 3, floor=7, lateness=0) == {9: 2}
-    assert stateless_spark.recent_counts([9, 9, 5], 3, floor=5, lateness=0) is None
-    assert stateless_spark.recent_counts([9, 9], 3, floor=0, lateness=0) == {9: 2}
-    assert stateless_spark.recent_counts(None, 3, floor=0, lateness=0) == {}
-
-
-def test_the_recent_bound_follows_the_counts_kept():
-    low, high = stateless_spark.RECENT
-    assert stateless_spark.recent_bound(stateless_spark.Versions({})) == low
-    kept = stateless_spark.Versions({t: 4 for t in range(low)})  # 4 * low changes
-    assert stateless_spark.recent_bound(kept) == min(high, 8 * low)
 
 
 def test_columns_read_by_a_stateless_query():

@@ -22,8 +22,10 @@ stream's columns, with what the shard operator of the general path gives:
   the instants the watermark has not passed are the only thing carried from one
   batch to the next: in the driver, and in the checkpoint directory under the
   batch id (``headwater-stateless/<batch id>``), so that a restart, or a batch
-  run again after a failure, numbers the same way;
-* the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
+  run again after a failure, numbers the same way. A sink that discards (a
+  blackhole) reads no column: it is handed the changelog without ``ver``, so
+  neither the numbering (a shuffle of every row) nor the counts are computed;
+* * the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
   (every change is emitted at once), so the end adds no change and no control
   stream is read (a Python source, read in every micro-batch); as on the general
   path, an ``availableNow`` run that ends its input runs the query once more from
@@ -75,16 +77,19 @@ class Versions:
 
     counts: dict[int, int]
     horizon: int = MIN_TIMESTAMP
+    #: False: the batches up to this one went to a sink that reads no ``ver``, uncounted
+    numbered: bool = True
 
     def to_json(self) -> str:
         counts = [[int(t), int(n)] for t, n in self.counts.items()]
-        return json.dumps({"counts": counts, "horizon": self.horizon})
+        data = {"counts": counts, "horizon": self.horizon, "numbered": self.numbered}
+        return json.dumps(data)
 
     @staticmethod
     def of_json(text: str) -> Versions:
         data = json.loads(text)
         counts = {int(t): int(n) for t, n in data["counts"]}
-        return Versions(counts, int(data["horizon"]))
+        return Versions(counts, int(data["horizon"]), bool(data.get("numbered", True)))
 
 
 class Checkpoint:
@@ -386,8 +391,8 @@ class EachBatch:
     changelog to ``sink``, its dead letters to ``dead_letter_sink``, the version
     counts to the checkpoint. A batch is at most two Spark jobs: the changes,
     collected once as Arrow (the counts are taken from them on the driver, and the
-    sink is given them as a local DataFrame), and the dead letters when there is a
-    dead-letter sink."""
+    sink is given them as a local DataFrame) or run uncollected into a sink that
+    discards them, and the dead letters when there is a dead-letter sink."""
 
     sql: SqlPlan
     query: StatelessQuery
@@ -416,9 +421,18 @@ class EachBatch:
         horizon = max(watermark if watermark is not None else MIN_TIMESTAMP, versions.horizon)
         times = (watermark, ptime, horizon)
         if getattr(self.sink, "discards", False):
-            counts, floor = self._discarded(batch, versions, times, batch_id)
+            self._discarded(batch, times, batch_id)
+            after = Versions({}, horizon, numbered=False)
         else:
+            if not versions.numbered:
+                raise RuntimeError(
+                    f"batch {batch_id}: the earlier batches of the checkpoint "
+                    f"{self.checkpoint.root} went to a sink that reads no `ver` (a "
+                    "blackhole), so their changes were not counted: start a new "
+                    "checkpoint for this sink"
+                )
             counts, floor = self._collected(batch, versions, times, batch_id)
+            after = next_versions(versions, counts, floor, query.lateness)
         if self.dead_letter_sink is not None:
             spark = batch.sparkSession
             late = _late(F, F.col("ts"), watermark, query.lateness)
@@ -426,7 +440,6 @@ class EachBatch:
             dropped = _letters(F, batch, late, query.permissive, layout).toPandas()
             dropped = dropped if len(dropped) else pd.DataFrame()
             self.dead_letter_sink(self.letters_frame(spark, self.sql, dropped), batch_id)
-        after = next_versions(versions, counts, floor, query.lateness)
         self.checkpoint.keep(batch_id, after)
 
     def _collected(
@@ -463,61 +476,14 @@ class EachBatch:
                 self.sink(as_frame(spark, log, schema), batch_id)
         return counts, floor
 
-    def _discarded(
-        self, batch, versions: Versions, times: tuple[int | None, int, int], batch_id: int
-    ) -> tuple[dict[int, int], int]:
-        """The batch's changes, ``ver`` numbered by Spark's window, handed uncollected
-        to a sink that discards them (a blackhole: it runs them in one job); the
-        changes per event time of the instants a later row may still join, and the
-        horizon they are kept for (:func:`kept_from`). Observed in that same job: the
-        largest event time and the batch's :func:`recent_bound` largest event times
-        (a bounded heap per task, not a list of every event time sent to the driver);
-        a second job counts them only when those may miss some."""
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
-        query = self.query
-        watermark, ptime, horizon = times
-        changes = _changes(F, batch, query, versions, watermark)
-        out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
-        et, bound = F.col(EVENT_TIME), recent_bound(versions)
-        observation = Observation()
-        top = F.max_by(et, et, bound).alias("top")
-        out = out.observe(observation, top, F.max(et).alias("latest"))
+    def _discarded(self, batch, times: tuple[int | None, int, int], batch_id: int) -> None:
+        """The batch's changelog without ``ver``, handed uncollected to a sink that
+        discards it (a blackhole runs it in one job). It reads no column, and ``ver``
+        is headwater's own (no row of Flink's or Spark's has one): numbering it is a
+        window, a shuffle and a sort of every row, that a discarding sink never sees."""
+        watermark, ptime, _ = times
+        out = _rows(batch, self.query, watermark, ptime)
         self.sink(out.drop(EVENT_TIME), batch_id)
-        metrics = observation.get
-        floor = kept_from(horizon, metrics.get("latest"), query.delay)
-        counts = recent_counts(metrics.get("top"), bound, floor, query.lateness)
-        if counts is None:  # more changes after the horizon than the bound
-            recent = _rows(batch, query, watermark).where(et + F.lit(1 + query.lateness) > floor)
-            counts = tally(recent.select(et).toArrow(), floor, query.lateness)
-        return counts, floor
-
-
-#: The fewest and the most event times a discarded batch's observation brings to the
-#: driver (the most: Spark's limit for ``max_by``'s ``k``).
-RECENT = (10_000, 100_000)
-
-
-def recent_bound(versions: Versions) -> int:
-    """How many of a discarded batch's largest event times to observe: twice the
-    changes the counts before it hold (those of the instants a row may still join,
-    about what the batch's counts will hold), within :data:`RECENT`. Too few costs a
-    second job (:func:`recent_counts` says when), never a wrong count."""
-    low, high = RECENT
-    return min(high, max(low, 2 * sum(versions.counts.values())))
-
-
-def recent_counts(top, bound: int, floor: int, lateness: int) -> dict[int, int] | None:
-    """The changes per event time a later row may still join (past ``floor``, as
-    :func:`tally` keeps them) from ``top``, the batch's ``bound`` largest event times
-    (fewer: the batch had fewer changes). None when they may not hold every such
-    change: ``bound`` of them, the smallest past the horizon (its instant, and any
-    before it, may have more changes than the bound let in)."""
-    times = np.asarray(top or [], np.int64)
-    if len(times) >= bound and times.min() + 1 + lateness > floor:  # kept: may miss some
-        return None
-    return tally(pa.table({EVENT_TIME: times}), floor, lateness)
 
 
 def start(
