@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import threading
@@ -147,6 +148,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         " its result) or watermark (EMIT AFTER WATERMARK on the windowed queries where the"
         " planner takes it: each window's result once, as Flink emits a window aggregation;"
         " the others as written)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="timed runs of each query per engine (throughput runs; fair: the engine that"
+        " runs first alternating run by run): the entry is the median run, with every"
+        " run's seconds in 'runs'",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
@@ -290,9 +299,14 @@ def _run(name: str, text: str, emit: str, args, sink: Path, total: int, **option
     started = time.perf_counter()
     list(run_script(text, runner=args.runner, sinks=sinks, **options))
     seconds = time.perf_counter() - started
-    hole = sinks.get(f"nexmark_{name}")
-    rows = hole.rows if isinstance(hole, BlackholeSink) else sink_rows(sink, name)
+    rows = counted_rows(sinks, sink, name)
     return {**_timed(seconds, total, CORES[args.runner], rows), "emit": emit}
+
+
+def counted_rows(sinks: dict[str, Any], sink: Path, name: str) -> int:
+    """The rows of the query's sink: a blackhole's count, or its DuckDB table's."""
+    hole = sinks.get(f"nexmark_{name}")
+    return hole.rows if isinstance(hole, BlackholeSink) else sink_rows(sink, name)
 
 
 def after_watermark(text: str) -> str:
@@ -370,13 +384,14 @@ def latency_headwater(name: str, args, plan: latency.Feed, work: Path) -> dict[s
     root = fresh(work / f"latency-checkpoint-{name}")
     text = script(name, args, live, sink)
     errors: list[Exception] = []
+    sinks: dict[str, Any] = {}
 
     def run() -> None:
         try:
             # This thread's own session is Spark's default one, whose query manager
             # may not be ``spark``'s: make it ``spark``, where active_query looks.
             activate(spark)
-            list(run_script(text, runner="spark", checkpoint=str(root), follow=True))
+            list(run_script(text, runner="spark", checkpoint=str(root), follow=True, sinks=sinks))
         except Exception as exc:  # noqa: BLE001 - reported as the query's status
             errors.append(exc)
 
@@ -398,19 +413,21 @@ def latency_headwater(name: str, args, plan: latency.Feed, work: Path) -> dict[s
         runner.join(60)
     if errors:
         return failed(errors[0])
-    return measured.report(plan, sink_rows(sink, name))
+    return measured.report(plan, counted_rows(sinks, sink, name))
 
 
-def latency_native(name: str, plan: latency.Feed, work: Path) -> dict[str, Any]:
+def latency_native(name: str, plan: latency.Feed, work: Path, sink: str = "table"):
     """Spark's own query, long-running over the fed files; its sink brings each
-    micro-batch's rows to the driver, as headwater's does."""
+    micro-batch's rows to the driver, as headwater's table sink does, or (``sink``
+    ``blackhole``) writes them to ``noop``, as headwater's blackhole does."""
     spark = started_session()
     live = fresh(work / f"live-spark-{name}")
     latency.live_directory(plan, live)
     counted: list[int] = []
     root = fresh(work / f"native-latency-checkpoint-{name}")
+    count = noop_count if sink == "blackhole" else lambda df: len(df.toPandas())
     started = nexmark_spark.start(
-        spark, name, live, root, lambda df: counted.append(len(df.toPandas())), trigger={}
+        spark, name, live, root, lambda df: counted.append(count(df)), trigger={}
     )
     if started is None:
         return {"status": "not written", "reason": NATIVE_MISSING.get(name, "not hand-written")}
@@ -452,7 +469,7 @@ def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
                 if engine == "headwater":
                     ran[engine] = latency_headwater(name, args, plan, work)
                 else:
-                    ran[engine] = latency_native(name, plan, work)
+                    ran[engine] = latency_native(name, plan, work, getattr(args, "sink", "table"))
             skipped = {"status": "not measured", "reason": "Spark engines only"}
             result["queries"][name].update({e: ran.get(e, skipped) for e in engines})
             print(latency_progress(name, result["queries"][name]), file=out, flush=True)
@@ -556,12 +573,15 @@ def bench(args) -> dict[str, Any]:
         for i, name in enumerate(names):
             if args.order == "fair" or i == 0:  # headwater-first: the first query only
                 warm(name)
-            ran = {}
-            for engine in run_order(args, i, engines):
-                if engine == "headwater":
-                    ran[engine] = run_headwater(name, args, data, work, events.events)
-                else:
-                    ran[engine] = run_native(name, data, work, events.events)
+            runs: dict[str, list[dict[str, Any]]] = {}
+            for k in range(repeats(args)):  # fair: each engine first in turn
+                for engine in run_order(args, i + k, engines):
+                    if engine == "headwater":
+                        r = run_headwater(name, args, data, work, events.events)
+                    else:
+                        r = run_native(name, data, work, events.events)
+                    runs.setdefault(engine, []).append(r)
+            ran = {engine: median_run(rs) for engine, rs in runs.items()}
             entry = result["queries"][name]
             entry.update({e: ran[e] for e in engines if e in ran})
             print(progress(name, entry), file=out, flush=True)
@@ -575,6 +595,30 @@ def bench(args) -> dict[str, Any]:
                 result["queries"][name]["flink"] = r
                 print(progress(name, {"flink": r}), file=out, flush=True)
     return result
+
+
+def repeats(args) -> int:
+    """Timed runs per query and engine (``--repeat``, at least one)."""
+    return max(1, getattr(args, "repeat", 1))
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry for a query's runs on one engine: the first that did not run, or the
+    run of the median seconds (the lower of the two middle ones: a run that happened),
+    with every run's seconds in ``runs`` and, if their row counts differ, all of them
+    in ``rows_per_run`` (a repeat reads the same events, so they should not)."""
+    failed = [r for r in runs if r.get("status") != "ran"]
+    if failed:
+        return failed[0]
+    if len(runs) == 1:
+        return runs[0]
+    seconds = [r["seconds"] for r in runs]
+    median = statistics.median_low(seconds)
+    chosen = dict(runs[seconds.index(median)], runs=seconds)
+    rows = [r.get("rows") for r in runs]
+    if len(set(rows)) > 1:
+        chosen["rows_per_run"] = rows
+    return chosen
 
 
 def _check(r: dict[str, Any]) -> str:

@@ -7,7 +7,8 @@ file imports nothing of headwater and only the standard library at module level.
 Each query is the text of ``tests/sql/nexmark/queries/qN.sql`` (Flink's own, with
 headwater's connector clauses) given back Flink's connectors, and runs twice:
 
-* **timed**, as NEXMark measures Flink: streaming mode, ``parallelism.default`` = the cores
+* **timed** (``--repeat`` times: the median run's seconds, every run's in ``runs``),
+  as NEXMark measures Flink: streaming mode, ``parallelism.default`` = the cores
   given, the three sources the filesystem connector over the generator's Parquet
   directories (``flink-sql-parquet``'s jar, ``--parquet-jar``; CSV files without it) with
   ddl.sql's WATERMARK of 4 s, the sink ``'connector' = 'blackhole'``;
@@ -16,7 +17,7 @@ headwater's connector clauses) given back Flink's connectors, and runs twice:
   and the aggregates and joins without windows update).
 
 One JSON object per query on stdout: ``{"query", "status": "ran"|"failed", "mode",
-"source", "seconds", "reason", "check": "ran"|"failed", "check_reason"}``; with
+"source", "seconds", "runs", "reason", "check": "ran"|"failed", "check_reason"}``; with
 ``--warmup-data``, first ``{"warmup", "status", "seconds", "reason"}`` of the untimed run.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -115,13 +117,18 @@ def run_one(name: str, args, ddl: str) -> dict:
     query = (query_dir / f"{name}.sql").read_text()
     source = "parquet" if jar else "csv"
     entry: dict = {"query": name, "mode": "streaming", "source": source}
-    t_env = table_env(True, args.parallelism, jar)
-    started = time.perf_counter()
-    try:
-        run_query(t_env, flink_text(ddl, query, data, None, jar is not None))
-    except Exception as exc:  # Flink's errors arrive as Py4J errors: report, go on
-        return {**entry, "status": "failed", "reason": flink_error(exc)}
-    entry.update(status="ran", seconds=time.perf_counter() - started)
+    runs = []
+    for _ in range(max(1, args.repeat)):
+        t_env = table_env(True, args.parallelism, jar)
+        started = time.perf_counter()
+        try:
+            run_query(t_env, flink_text(ddl, query, data, None, jar is not None))
+        except Exception as exc:  # Flink's errors arrive as Py4J errors: report, go on
+            return {**entry, "status": "failed", "reason": flink_error(exc)}
+        runs.append(time.perf_counter() - started)
+    entry.update(status="ran", seconds=statistics.median_low(runs))
+    if len(runs) > 1:
+        entry["runs"] = runs
     if args.no_check:
         return entry
     t_env = table_env(False, args.parallelism, jar)
@@ -161,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallelism", type=int, default=2, help="Flink's default parallelism")
     p.add_argument("--parquet-jar", help="flink-sql-parquet's jar (None: the CSV sources)")
     p.add_argument("--no-check", action="store_true", help="only the timed streaming runs")
+    p.add_argument("--repeat", type=int, default=1, help="timed runs per query (the median)")
     p.add_argument(
         "--warmup-data",
         help="a small generator directory: the first query runs once over it, untimed, first",

@@ -56,12 +56,14 @@ def run_flink(
     query_dir: Path,
     out: Path,
     warm: Path | None = None,
+    repeat: int = 1,
 ) -> Iterator[dict[str, Any]]:
     """Flink's result per query as it finishes (Flink's logs go to ``out/flink.log``);
     ``warm``: a small generator directory the first query runs over first, untimed."""
     out.mkdir(parents=True, exist_ok=True)
     argv = [str(python), str(RUNNER), "--data", str(data), "--query-dir", str(query_dir)]
     argv += ["--out", str(out), "--queries", ",".join(names), "--parallelism", str(PARALLELISM)]
+    argv += ["--repeat", str(max(1, repeat))]
     if warm is not None:
         argv += ["--warmup-data", str(warm)]
     jar = parquet_jar()
@@ -145,6 +147,8 @@ def entry(r: dict[str, Any], total: int, check_dir: Path, sink: Path | None) -> 
         "seconds": round(seconds, 3),
         "events_per_s_per_core": round(total / seconds / PARALLELISM),
     }
+    if "runs" in r:  # --repeat: the median run's seconds above, every run's here
+        timed["runs"] = [round(s, 3) for s in r["runs"]]
     if r.get("check") != "ran":  # timed, but no final table to count or compare
         reason = r.get("check_reason", "not run")
         return {**timed, "rows": None, "check": "failed", "check_reason": reason}
@@ -168,7 +172,8 @@ def flink_entries(
     warm = work / "warmup" / "data"
     warm_data = warm if getattr(args, "warmup_events", 0) and warm.is_dir() else None
     warmed: dict[str, Any] = {}
-    for r in run_flink(python, names, data, Path(args.query_dir), out, warm_data):
+    repeat = getattr(args, "repeat", 1)
+    for r in run_flink(python, names, data, Path(args.query_dir), out, warm_data, repeat):
         if "warmup" in r:  # the untimed first run: shown with the first query's entry
             warmed = {"warmup": r}
             continue
