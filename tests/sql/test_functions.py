@@ -77,8 +77,8 @@ def test_rowwise_call_runs_stateless_on_the_local_runner_as_the_stepped_path():
     """A query of rows on their own that calls a Python function takes the local
     runner's stateless path (one DuckDB query over every row on time, the function
     called batched in it), with the changelog and dead letters the model's path gives
-    step by step (``fast_path=False``) at every processing time; on Spark it keeps
-    the shard operator (a Python UDF per row there)."""
+    step by step (``fast_path=False``) at every processing time; on Spark streams
+    it takes the stateless path too (the function a ``pandas_udf`` there)."""
     frame = events()
     frame.loc[frame.index[-1], "ts"] = frame["ts"].min()  # late: a dead letter
     tables = {"t": hw.from_pandas(frame, event_time="ts", arrival_time="arrival", watermark="1s")}
@@ -87,7 +87,7 @@ def test_rowwise_call_runs_stateless_on_the_local_runner_as_the_stepped_path():
     general = sql(query, tables, functions=[count_char], fast_path=False)
     evaluation = "general path evaluation: stateless, one DuckDB query over every row"
     assert evaluation in each.explain() and evaluation not in general.explain()
-    assert "the Python function count_char (a Spark UDF per row)" in each.explain()
+    assert "on Spark streams: stateless: Spark's own projection" in each.explain()
     assert len(each.dead_letters()) >= 1
     arrivals = frame["arrival"].astype("datetime64[ms]").astype("int64").unique()
     for as_of in (*arrivals[::7].tolist(), None):

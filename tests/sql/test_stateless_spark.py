@@ -67,13 +67,14 @@ def _stream(spark, directory) -> Table:
     )
 
 
-def _run(spark, directory, checkpoint, end_of_input=None, fast_path=True) -> tuple[list, list]:
+def _run(
+    spark, directory, checkpoint, end_of_input=None, fast_path=True, text=QUERY, functions=()
+) -> tuple[list, list]:
     """The query over the files there (availableNow): its changelog and dead letters,
     each batch's rows tagged with the batch id."""
     changes, letters = [], []
-    query = SparkSqlQuery(
-        QUERY, {"Bid": _stream(spark, directory)}, spark=spark, fast_path=fast_path
-    )
+    tables = {"Bid": _stream(spark, directory)}
+    query = SparkSqlQuery(text, tables, functions=list(functions), spark=spark, fast_path=fast_path)
     run = query.start(
         checkpoint_location=str(checkpoint),
         sink=lambda df, i: changes.append(df.toPandas().assign(batch=i)),
@@ -163,6 +164,45 @@ def _read_schema(plan: str) -> str:
     found = re.search(r"ReadSchema: struct<([^>]*)>", plan)
     assert found is not None, plan
     return found.group(1)
+
+
+@hw.sql.function("BIGINT", ["VARCHAR"])
+def vowels(text):
+    """The vowels of each text (NULL for NULL): a pandas function, called batched."""
+    return text.str.count("[aeiouAEIOU]").astype("Int64")
+
+
+@hw.sql.function("BIGINT", ["VARCHAR"])
+def refuses_g(text):
+    if (text == "G").any():
+        raise ValueError("no G")
+    return text.str.len()
+
+
+#: QUERY with a Python function in its projection and its filter.
+CALLING = "SELECT bidtime, vowels(item) + price AS p, item FROM Bid WHERE vowels(item) >= 0"
+
+
+@pytest.mark.spark
+def test_a_python_function_runs_on_the_stateless_path(spark, tmp_path):
+    """A query of rows on their own that calls a Python function takes the stateless
+    path on Spark streams (the function a ``pandas_udf`` in the batch's statement), and
+    its changelog and dead letters equal the shard operator's; a function that raises
+    fails the query, naming the function."""
+    data = _write(tmp_path / "bids", FILES)
+    fast, fast_letters = _run(spark, data, tmp_path / "fast", text=CALLING, functions=[vowels])
+    assert list((tmp_path / "fast").glob("headwater-stateless"))  # the stateless path's
+    slow, slow_letters = _run(
+        spark, data, tmp_path / "slow", fast_path=False, text=CALLING, functions=[vowels]
+    )
+    assert not list((tmp_path / "slow").glob("headwater-stateless"))
+    assert _log(fast, tmp_path / "fast") == _log(slow, tmp_path / "slow")
+    assert _letters(fast_letters) == _letters(slow_letters)
+    log = pd.concat(fast, ignore_index=True)
+    assert sorted(log["p"]) == [1, 3, 3, 4, 6, 8]  # G 1, A 2+1, B 3, C 4, A 5+1, I 7+1
+    failing = CALLING.replace("vowels", "refuses_g")
+    with pytest.raises(Exception, match="function 'refuses_g' raised ValueError: no G"):
+        _run(spark, data, tmp_path / "failing", text=failing, functions=[refuses_g])
 
 
 @pytest.mark.spark

@@ -58,6 +58,7 @@ from headwater.sql.execute.local import SqlPlan, columns_of
 from headwater.sql.execute.permissive import CARRIED
 from headwater.sql.execute.spark_collect import run_persisted
 from headwater.sql.maintain.groups import SOURCE
+from headwater.sql.plan.functions import register_spark
 from headwater.sql.plan.stateless import EVENT_TIME, columns_read, with_event_time
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -509,6 +510,7 @@ def start(
     if checkpoint.has_ended():
         raise InputEndedError(ended_message(checkpoint_location))
     query = plan_stateless(sql, delay, union.sparkSession)
+    register_spark(union.sparkSession, sql.query.functions)  # pandas_udfs the statement calls
     if dead_letter_sink is None and not query.permissive:
         # only the columns the query reads: a dead letter would need every one, and
         # Spark's CSV and JSON readers find a malformed line only in the columns read

@@ -40,9 +40,9 @@ def why_not(plan: QueryPlan, holds_rows: bool = False) -> str | None:
     """Why the stateless path cannot run ``plan`` (None: it can). ``holds_rows``:
     the runner can keep a row for a later step (the local replay, which sees the
     whole stream), so the path also waits for the watermark; a Spark micro-batch
-    cannot without a state store. The replay also calls Python functions, in its
-    one DuckDB query over every row (each row once: no group is evaluated again);
-    on Spark each would be a Python UDF per row."""
+    cannot without a state store. Python functions are called batched: in the
+    replay's one DuckDB query over every row (each row once: no group is evaluated
+    again), and on Spark as ``pandas_udf``s in the batch's statement."""
     if not plan.is_stream:
         return "it reads no stream"
     if not plan.fast_path:
@@ -56,8 +56,6 @@ def why_not(plan: QueryPlan, holds_rows: bool = False) -> str | None:
         return waits
     if len(plan.streams) != 1 or plan.tables:
         return "it reads more than one table"
-    if plan.functions and not holds_rows:  # the replay's one DuckDB query calls them batched
-        return f"it calls the Python function {plan.functions[0].name} (a Spark UDF per row)"
     query = plan.group_query
     if not isinstance(query, exp.Select):
         return "it is not a single SELECT"
