@@ -197,3 +197,35 @@ def test_the_docs_import_timing_commands_run():
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("real") == 2  # each import timed
+
+
+_OUT_OF_HEAP = """
+from headwater.runners.spark.timeline import spark_session
+
+spark = spark_session()  # none active: the session headwater builds
+jvm = spark._jvm
+print("HEAP", jvm.java.lang.Runtime.getRuntime().maxMemory(), flush=True)
+try:
+    jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Long.TYPE, 2**30)  # 8 GB
+except Exception as exc:
+    print("RAISED", type(exc).__name__, flush=True)
+try:
+    jvm.java.lang.System.currentTimeMillis()
+    print("ALIVE", flush=True)
+except Exception:
+    print("EXITED", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_the_session_headwater_builds_has_heap_and_exits_when_out_of_it(tmp_path):
+    """headwater's own local session gives the driver 4 GB (Spark's 1 GB ran out in
+    transformWithStateInPandas' state server on NEXMark q23), and a JVM out of heap
+    exits: a thread that died of it left the query waiting for ever on its socket."""
+    script = tmp_path / "heap.py"
+    script.write_text(textwrap.dedent(_OUT_OF_HEAP))
+    done = run_isolated([sys.executable, str(script)], timeout=240, cwd=tmp_path)
+    lines = done.stdout.splitlines()
+    assert f"HEAP {4 * 2**30}" in lines, done.stdout + done.stderr[-3000:]
+    assert "Terminating due to java.lang.OutOfMemoryError" in done.stdout + done.stderr
+    assert lines[-1] == "EXITED", done.stdout

@@ -42,6 +42,12 @@ LOCAL_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # local mode runs every task in the driver: Spark's 1 GB ran out in the state server
+    # of transformWithStateInPandas (NEXMark q23, 200,000 events; docs/nexmark.md)
+    "spark.driver.memory": "4g",
+    # and a JVM out of heap exits: the state server's thread died, and the query then
+    # waited on its socket for ever (Spark itself exits on a task thread's OOM)
+    "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
 
 
