@@ -25,7 +25,7 @@ stream's columns, with what the shard operator of the general path gives:
   run again after a failure, numbers the same way. A sink that discards (a
   blackhole) reads no column: it is handed the changelog without ``ver``, so
   neither the numbering (a shuffle of every row) nor the counts are computed;
-* * the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
+* the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
   (every change is emitted at once), so the end adds no change and no control
   stream is read (a Python source, read in every micro-batch); as on the general
   path, an ``availableNow`` run that ends its input runs the query once more from
