@@ -333,6 +333,20 @@ def spark_runner(plan: WindowedAggregationPlan, steps: list[Step], **options) ->
     return run_timeline(plan.windowing, plan.core_aggregations, steps, **options)
 
 
+def _sharded_by_keys(plan: WindowedAggregationPlan, steps: list[Step], spark) -> list[Emission]:
+    """:func:`spark_runner` with a shard per key, at most two: most documents have
+    one key, and an empty shard still commits a state-store version every step."""
+    keys = {
+        k
+        for step in steps
+        for bundle in (step.rows if isinstance(step, MicroBatch) else step,)
+        if isinstance(bundle, Bundle)
+        for k in bundle.keys
+    }
+    shards = min(2, max(1, len(keys)))
+    return spark_runner(plan, steps, spark=spark, num_shards=shards, shuffle_partitions=None)
+
+
 def _runner(name: str) -> TimelineRunner:
     if name == "local":
         return local_runner
@@ -340,8 +354,8 @@ def _runner(name: str) -> TimelineRunner:
         from headwater.runners.spark.timeline import spark_session
 
         # One session for every document, built with the timelines' settings (two
-        # shuffle partitions, RocksDB) so that no query changes them while others start.
-        return functools.partial(spark_runner, spark=spark_session(), shuffle_partitions=None)
+        # shuffle partitions, RocksDB); each query starts with its own shard count.
+        return functools.partial(_sharded_by_keys, spark=spark_session())
     raise ValueError(f"unknown runner {name!r}")
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,11 +53,22 @@ def default_shards(spark: Any) -> int:
     return max(1, min(partitions, int(context.defaultParallelism)))
 
 
+#: Held while a query starts: the configuration set for it is the session's, so two
+#: threads starting queries with different shard counts would otherwise swap them.
+_STARTING = threading.RLock()
+
+
 @contextlib.contextmanager
 def starting_query(spark: Any, shards: int | None = None) -> Iterator[None]:
     """Start a headwater streaming query inside: its workers checked, the RocksDB
     state store and ``shards`` shuffle partitions (default :func:`default_shards`)
-    set for this query only (the session's own values are restored on exit)."""
+    set for this query only (the session's own values are restored on exit). One
+    thread of the process at a time starts its query inside."""
+    with _STARTING:
+        yield from _started(spark, shards)
+
+
+def _started(spark: Any, shards: int | None) -> Iterator[None]:
     check_workers(spark)
     wanted = {
         PROVIDER_CONF: ROCKSDB_PROVIDER,
