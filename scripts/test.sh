@@ -22,7 +22,7 @@ export HEADWATER_TEST_KAFKA
 
 # The JVMs the tests start (Spark's, the subprocesses', Flink's) compile with C1 only:
 # a test's JVM lives minutes on tiny batches, where C2's compiler threads compete with
-# the tests for two cores and win back nothing (about 15% of a Spark module's time).
+# the tests for two cores and win back little on such short runs.
 case "${JAVA_TOOL_OPTIONS:-}" in
   *TieredStopAtLevel*) ;;
   *) export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:-} -XX:TieredStopAtLevel=1" ;;
