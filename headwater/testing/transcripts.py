@@ -33,7 +33,14 @@ import yaml
 from headwater.model import combiners, triggers, types, windows
 from headwater.model.plan import Schema, WindowedAggregationPlan, build_plan
 from headwater.model.reducer import Aggregations, Emission
-from headwater.model.steps import Bundle, ClockAdvance, MicroBatch, Step, WatermarkAdvance
+from headwater.model.steps import (
+    Bundle,
+    ClockAdvance,
+    MicroBatch,
+    Step,
+    WatermarkAdvance,
+    as_micro_batch,
+)
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.time import seconds_to_millis
 from headwater.model.watermarks import Punctuated
@@ -336,13 +343,8 @@ def spark_runner(plan: WindowedAggregationPlan, steps: list[Step], **options) ->
 def _sharded_by_keys(plan: WindowedAggregationPlan, steps: list[Step], spark) -> list[Emission]:
     """:func:`spark_runner` with a shard per key, at most two: most documents have
     one key, and an empty shard still commits a state-store version every step."""
-    keys = {
-        k
-        for step in steps
-        for bundle in (step.rows if isinstance(step, MicroBatch) else step,)
-        if isinstance(bundle, Bundle)
-        for k in bundle.keys
-    }
+    rows = [as_micro_batch(step).rows for step in steps]
+    keys = {k for bundle in rows if bundle is not None for k in bundle.keys}
     shards = min(2, max(1, len(keys)))
     return spark_runner(plan, steps, spark=spark, num_shards=shards, shuffle_partitions=None)
 

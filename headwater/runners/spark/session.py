@@ -65,26 +65,22 @@ def starting_query(spark: Any, shards: int | None = None) -> Iterator[None]:
     set for this query only (the session's own values are restored on exit). One
     thread of the process at a time starts its query inside."""
     with _STARTING:
-        yield from _started(spark, shards)
-
-
-def _started(spark: Any, shards: int | None) -> Iterator[None]:
-    check_workers(spark)
-    wanted = {
-        PROVIDER_CONF: ROCKSDB_PROVIDER,
-        PARTITIONS_CONF: str(shards or default_shards(spark)),
-    }
-    previous = {key: spark.conf.get(key, None) for key in wanted}
-    for key, value in wanted.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        check_workers(spark)
+        wanted = {
+            PROVIDER_CONF: ROCKSDB_PROVIDER,
+            PARTITIONS_CONF: str(shards or default_shards(spark)),
+        }
+        previous = {key: spark.conf.get(key, None) for key in wanted}
+        for key, value in wanted.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
 
 
 #: Application ids of the SparkContexts whose workers import this headwater.
