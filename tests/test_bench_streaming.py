@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from headwater.runners.spark.session import restore_conf
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # Runtime SQL settings the benchmark applies to the (shared) session.
@@ -50,11 +52,7 @@ def test_bench_streaming_json(spark, tmp_path, capsys):
             == 0
         )
     finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+        restore_conf(spark, saved)
         spark.sparkContext.setLogLevel("WARN")  # the bench quiets the shared session
     report = json.loads(capsys.readouterr().out)
     assert report["rows"] == 20000

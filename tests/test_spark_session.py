@@ -24,7 +24,12 @@ import pytest
 import headwater as hw
 from headwater.io.arrival import in_arrival_order
 from headwater.runners.spark.isolated import run_isolated
-from headwater.runners.spark.session import PARTITIONS_CONF, PROVIDER_CONF, default_shards
+from headwater.runners.spark.session import (
+    PARTITIONS_CONF,
+    PROVIDER_CONF,
+    default_shards,
+    restore_conf,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -60,11 +65,7 @@ def user_session(spark):
     try:
         yield spark
     finally:
-        for key, value in saved.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        restore_conf(spark, saved)
 
 
 def test_a_default_session_runs_with_one_partition_per_shard(user_session, tmp_path):

@@ -76,11 +76,16 @@ def starting_query(spark: Any, shards: int | None = None) -> Iterator[None]:
         try:
             yield
         finally:
-            for key, value in previous.items():
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
+            restore_conf(spark, previous)
+
+
+def restore_conf(spark: Any, previous: dict[str, str | None]) -> None:
+    """Put back settings read with ``spark.conf.get(key, None)``: a ``None`` was unset."""
+    for key, value in previous.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
 
 
 #: Application ids of the SparkContexts whose workers import this headwater.
