@@ -209,7 +209,20 @@ def test_timestamp_combiners(spark, wf, combiner):
     check_against_reference(spark, random_rows(seed=2, n=120), wf, combiner)
 
 
-def test_sessions_merge_boundaries(spark):
+#: Sessions of ``test_sessions_merge_boundaries``: Beam's, then Flink's and Spark's
+#: (with ``merge_touching``, [19.999 s, ...) joins the session it touches).
+BOUNDARIES = {
+    False: {
+        ("a", 0, 19_999): (3, 2),
+        ("a", 19_999, 35_000): (44, 3),
+        ("b", 5_000, 15_000): (16, 1),
+    },
+    True: {("a", 0, 35_000): (47, 5), ("b", 5_000, 15_000): (16, 1)},
+}
+
+
+@pytest.mark.parametrize("touching", [False, True])
+def test_sessions_merge_boundaries(spark, touching):
     # gap 10 s: [0, 10 s) and [9.999 s, 19.999 s) overlap and merge; [19.999 s, ...) only
     # touches the merged [0, 19.999 s) and starts a new session, which 25 s then extends.
     rows = [
@@ -222,15 +235,21 @@ def test_sessions_merge_boundaries(spark):
     ]
     got = collect(
         hw.from_spark(spark.createDataFrame(rows, SCHEMA), "ts")
-        .window(hw.Sessions(10))
+        .window(hw.Sessions(10, merge_touching=touching))
         .group_by("team")
         .agg(total=hw.sum("score"), n=hw.count())
     )
-    assert {k: (d["total"], d["n"]) for k, d in got.items()} == {
-        ("a", 0, 19_999): (3, 2),
-        ("a", 19_999, 35_000): (44, 3),
-        ("b", 5_000, 15_000): (16, 1),
-    }
+    assert {k: (d["total"], d["n"]) for k, d in got.items()} == BOUNDARIES[touching]
+    local = (
+        hw.from_pandas(pd.DataFrame(rows, columns=["team", "ts", "score"]), "ts")
+        .window(hw.Sessions(10, merge_touching=touching))
+        .group_by("team")
+        .agg(total=hw.sum("score"), n=hw.count())
+        .to_pandas()
+    )
+    assert {
+        (r.team, r.window_start, r.window_end): (r.total, r.n) for r in local.itertuples()
+    } == BOUNDARIES[touching]
 
 
 def test_null_scores_follow_the_combiners(spark):

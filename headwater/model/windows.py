@@ -156,13 +156,20 @@ def _sorted_by_key_start(keys, starts, ends):
 @dataclass(frozen=True, init=False)
 class Sessions(WindowFn):
     """Session windows: each element opens ``[t, t + gap)``; overlapping windows
-    of a key merge into their union."""
+    of a key merge into their union.
+
+    ``merge_touching``: whether windows that only touch (``[a, b)`` and
+    ``[b, c)``, a row exactly one gap after the last) merge too. Beam keeps them
+    apart (the default); Flink and Spark merge them, and SQL's ``SESSION`` does
+    as they do, so that a query means what it means there."""
 
     gap: int
+    merge_touching: bool = False
     is_merging = True
 
-    def __init__(self, gap) -> None:
+    def __init__(self, gap, merge_touching: bool = False) -> None:
         object.__setattr__(self, "gap", to_millis(gap))
+        object.__setattr__(self, "merge_touching", bool(merge_touching))
         if self.gap <= 0:
             raise ValueError(f"Sessions gap must be positive, got {gap!r}")
 
@@ -171,14 +178,17 @@ class Sessions(WindowFn):
         return np.arange(len(ts)), ts.copy(), ts + self.gap
 
     def merge(self, keys, starts, ends):
-        return merge_overlapping(keys, starts, ends)
+        return merge_overlapping(keys, starts, ends, touching=self.merge_touching)
 
 
-def merge_overlapping(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+def merge_overlapping(
+    keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, touching: bool = False
+):
     """Interval union per key: one sort plus a running maximum (vectorized).
 
     Windows merge when they overlap (``start < running end``); touching windows
-    ``[a, b)`` and ``[b, c)`` stay apart, as in Beam.
+    ``[a, b)`` and ``[b, c)`` stay apart, as in Beam, unless ``touching``
+    (``start <= running end``, as in Flink's and Spark's sessions).
     """
     n = len(keys)
     if n == 0:
@@ -189,7 +199,8 @@ def merge_overlapping(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     key_run = np.cumsum(new_key) - 1
     run_end = pd.Series(e).groupby(key_run).cummax().to_numpy()
     starts_group = new_key.copy()
-    starts_group[1:] |= s[1:] >= run_end[:-1]
+    apart = s[1:] > run_end[:-1] if touching else s[1:] >= run_end[:-1]
+    starts_group[1:] |= apart
     group = np.cumsum(starts_group) - 1
     g_start = np.minimum.reduceat(s, np.flatnonzero(starts_group))
     g_end = np.maximum.reduceat(e, np.flatnonzero(starts_group))

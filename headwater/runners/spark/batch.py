@@ -319,7 +319,7 @@ def _calendar_plan(df, wf: CalendarWindows, key_cols, agg_exprs):
 
 
 def _sessions_plan(df, wf: Sessions, key_cols, agg_exprs):
-    return _sessions(df, key_cols, wf.gap, agg_exprs)
+    return _sessions(df, key_cols, wf, agg_exprs)
 
 
 def _validity_plan(df, wf: ValidityWindows, key_cols, agg_exprs):
@@ -572,20 +572,22 @@ def _final_pane_columns(timestamp: Column) -> list[Column]:
     return [c.alias(name) for name, c in cols.items()]
 
 
-def _sessions(df: DataFrame, key_cols: Sequence[str], gap: int, agg_exprs: list[Column]):
+def _sessions(df: DataFrame, key_cols: Sequence[str], wf: Sessions, agg_exprs: list[Column]):
     """Session windows: per key, sorted by time, a session starts where the gap to the
-    previous element is at least ``gap``; the session is ``[min ts, max ts + gap)``.
+    previous element is at least ``gap`` (more than ``gap`` when touching windows
+    merge); the session is ``[min ts, max ts + gap)``.
 
-    This is the core's merge (windows ``[t, t + gap)`` united when they overlap;
-    touching ones stay apart) as one sort: a running sum over the "starts a new
-    session" flags numbers the sessions, and the aggregation groups by key and
-    session number on the partitioning the window function already made (no
+    This is the core's merge (windows ``[t, t + gap)`` united when they overlap,
+    touching ones as ``wf.merge_touching`` says) as one sort: a running sum over the
+    "starts a new session" flags numbers the sessions, and the aggregation groups by
+    key and session number on the partitioning the window function already made (no
     second shuffle).
     """
-    ts = F.col(_TS)
+    ts, gap = F.col(_TS), wf.gap
     by_time = Window.partitionBy(*key_cols).orderBy(_TS)
     prev = F.lag(ts).over(by_time)
-    starts = F.when(prev.isNull() | (ts - prev >= F.lit(gap)), F.lit(1)).otherwise(F.lit(0))
+    apart = (ts - prev > F.lit(gap)) if wf.merge_touching else (ts - prev >= F.lit(gap))
+    starts = F.when(prev.isNull() | apart, F.lit(1)).otherwise(F.lit(0))
     numbered = df.withColumn(
         _SID,
         F.sum(starts).over(by_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)),

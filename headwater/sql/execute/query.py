@@ -93,6 +93,11 @@ class SqlQuery:
 
     def run(self, as_of: int | None = None) -> SqlRun:
         """The streaming run up to processing time ``as_of`` (epoch ms)."""
+        if not self.plan.is_stream:
+            raise SqlError(
+                f"query {self.plan.name!r} reads no stream, so it has no run over processing time",
+                hint="read its result with to_pandas() (or changelog(): each row added once)",
+            )
         if as_of not in self._runs:
             run = self._stream_run(as_of)
             if any(t.correction is not None for t in self.plan.streams):

@@ -130,7 +130,9 @@ def _window_fn(tvf: WindowTVF) -> tuple[WindowFn, tuple[str, ...]]:
     if kind == "CUMULATE":
         return CumulativeWindows(_ms(tvf, "step"), _ms(tvf, "size"), _ms(tvf, "offset")), ()
     keys = tuple(k.name for k in tvf.args.get("keys") or [])
-    return Sessions(_ms(tvf, "gap")), keys
+    # Flink's and Spark's sessions merge windows that touch: a row exactly one gap
+    # after the last one extends the session.
+    return Sessions(_ms(tvf, "gap"), merge_touching=True), keys
 
 
 def _shortest(fn: WindowFn | None) -> int | None:

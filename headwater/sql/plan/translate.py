@@ -144,14 +144,15 @@ def _cumulate(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> 
 
 def _session(tvf: WindowTVF, target: Target, src: str, cols: Sequence[str]) -> str:
     """Sessions per key: a row opens a new session unless it is within ``gap`` of
-    the previous row of its key (sorted by time); bounds are min and max + gap."""
+    the previous row of its key (sorted by time; exactly ``gap`` after it is within,
+    as in Flink and Spark); bounds are min and max + gap."""
     t = target.q(tvf.args["timecol"].name)
     m = target.millis.format(t=t)
     gap = int(tvf.args["gap"])
     keys = [target.q(k.name) for k in tvf.args.get("keys") or []]
     part = f"PARTITION BY {', '.join(keys)} " if keys else ""
     inner_cols = ", ".join(target.q(c) for c in cols)
-    opened = f"CASE WHEN {m} - LAG({m}) OVER ({part}ORDER BY {m}) < {gap} THEN 0 ELSE 1 END"
+    opened = f"CASE WHEN {m} - LAG({m}) OVER ({part}ORDER BY {m}) <= {gap} THEN 0 ELSE 1 END"
     numbered = (
         f"SELECT {inner_cols}, {m} AS __hw_m, SUM(__hw_new) OVER ({part}ORDER BY __hw_m "
         f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __hw_sid "

@@ -104,12 +104,13 @@ REFERENCE = {
         FROM bid
         WHERE regexp_matches(url, '{_CHANNEL}')
            OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')""",
-    # sessions of each bidder: a bid within 10 s of the bidder's previous one joins
-    # its session, which ends 10 s after its last bid
+    # sessions of each bidder: a bid within 10 s of the bidder's previous one (10 s
+    # after it included, as Flink's and Spark's sessions merge windows that touch)
+    # joins its session, which ends 10 s after its last bid
     "q11": """WITH marked AS (
             SELECT bidder, "dateTime",
                 CASE WHEN lag("dateTime") OVER (PARTITION BY bidder ORDER BY "dateTime")
-                          > "dateTime" - INTERVAL 10 SECOND THEN 0 ELSE 1 END AS opens
+                          >= "dateTime" - INTERVAL 10 SECOND THEN 0 ELSE 1 END AS opens
             FROM bid),
         sessions AS (
             SELECT bidder, "dateTime", sum(opens) OVER (PARTITION BY bidder ORDER BY "dateTime"
