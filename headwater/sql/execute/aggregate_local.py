@@ -56,7 +56,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -65,6 +64,7 @@ from sqlglot import exp
 from headwater.model.combiners import CombineFn
 from headwater.model.reducer import Reducer
 from headwater.model.strategy import WindowingStrategy
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError
 from headwater.sql.execute.local_steps import (
     NULL_EVENT_TIME,
@@ -238,7 +238,7 @@ def _aggregate_calls(shape: Shape, schema: pa.Schema):
     calls: dict[tuple, Call] = {}
     replacement: dict[str, tuple[str, ...]] = {}  # aggregate SQL -> its calls
     empty = pa.table({f.name: pa.nulls(0, f.type) for f in schema})
-    con = duckdb.connect()
+    con = connection()
     con.register(shape.stream.name, empty)
 
     def arg(node: exp.Expression) -> str:
@@ -342,7 +342,7 @@ def local_rows(sql: AggregatePlan) -> pd.DataFrame:
                 array = array.cast(f.type)
         arrays.append(array)
     rows = pa.Table.from_arrays(arrays, schema=sql.schema)
-    con = duckdb.connect()
+    con = connection()
     con.register(table.name, rows)
     items = sql.projection.select("duckdb") or ["1 AS __one"]
     out = con.sql(f'SELECT {", ".join(items)} FROM "{table.name}"').df()

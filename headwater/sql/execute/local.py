@@ -29,6 +29,7 @@ from headwater.model.schema import DropReason
 from headwater.model.strategy import WindowingStrategy
 from headwater.model.watermarks import END_OF_INPUT
 from headwater.model.windows import CumulativeWindows, FixedWindows, GlobalWindows, SlidingWindows
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError, position
 from headwater.sql.execute.aggregate_local import AggregatePlan, try_compile
 from headwater.sql.execute.local_steps import (
@@ -177,7 +178,7 @@ def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
 
 def _empty_tables(plan: QueryPlan) -> duckdb.DuckDBPyConnection:
     """A connection with the query's tables, empty, of their real types."""
-    con = duckdb.connect()
+    con = connection(registers_functions=bool(plan.functions))
     register_duckdb(con, plan.functions)
     for table in (*plan.streams, *plan.tables):
         types = table.arrow_types()
@@ -264,7 +265,7 @@ def row_letters(plan: QueryPlan, parts, reason: str) -> pd.DataFrame:
 def run_bounded(plan: QueryPlan) -> pd.DataFrame:
     """The query over whole tables (less the rows of NULL event time): the result
     after all input."""
-    con = duckdb.connect()
+    con = connection(registers_functions=bool(plan.functions))
     register_duckdb(con, plan.functions)
     for name, frame in bounded_frames(plan)[0].items():
         con.register(name, frame)

@@ -14,6 +14,7 @@ from sqlglot import exp
 from headwater.io.sinks.stores import holding
 from headwater.model.schema import RAW_RECORD_COLUMNS
 from headwater.model.watermarks import WatermarkStrategy
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError, position
 from headwater.sql.execute.aggregate_local import describe_maintenance, describe_path
 from headwater.sql.execute.correct import correct
@@ -293,7 +294,7 @@ def _ordered(view: pd.DataFrame, plan: QueryPlan) -> pd.DataFrame:
     select = exp.select("*").from_("__view")
     select.set("order", clauses.args.get("order"))
     select.set("limit", clauses.args.get("limit"))
-    con = duckdb.connect()
+    con = connection()
     con.register("__view", view)
     try:
         return con.sql(select.sql(dialect="duckdb")).df()

@@ -29,6 +29,7 @@ from headwater.model.combiners import CombineFn, Count, CountDistinct, Max, Min,
 from headwater.model.schema import Field
 from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, INT64, STRING
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.aggregate_state import AT, GroupRows
 from headwater.sql.maintain.changelog import GROUP_COLUMNS
@@ -247,7 +248,7 @@ class AggregateMaintainer:
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = duckdb.connect()
+            self._con = connection()
         return self._con
 
 
@@ -263,7 +264,7 @@ def _reference(plan: QueryPlan, shape: Shape, schema: pa.Schema):
     """Names and types of the query's result as the general path computes it
     (the group query over empty rows): the fast path yields the same."""
     empty = pa.table({f.name: pa.nulls(0, f.type) for f in schema})
-    con = duckdb.connect()
+    con = connection()
     con.register(shape.stream.name, empty)
     zero = pd.to_datetime([0], unit="ms")
     bounds = pd.DataFrame({"__gs": zero, "__ge": zero})
@@ -284,7 +285,7 @@ def _reference(plan: QueryPlan, shape: Shape, schema: pa.Schema):
 def _aggregate_types(shape: Shape, schema: pa.Schema, replacement) -> dict[str, str]:
     """DuckDB's type of each aggregate of the query (as the general path computes it)."""
     empty = pa.table({f.name: pa.nulls(0, f.type) for f in schema})
-    con = duckdb.connect()
+    con = connection()
     con.register(shape.stream.name, empty)
     texts = list(replacement)
     if not texts:

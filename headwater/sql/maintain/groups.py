@@ -28,6 +28,7 @@ import pyarrow as pa
 from headwater.model.schema import Field
 from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.append import append_why_not
 from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
@@ -452,7 +453,7 @@ class GroupMaintainer:
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = duckdb.connect()
+            self._con = connection(registers_functions=bool(self.functions))
             register_duckdb(self._con, self.functions)
             for name, frame in self.tables.items():
                 self._con.register(name, frame)

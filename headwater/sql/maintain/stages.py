@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from headwater.io.sinks.stores import qid
 from headwater.model.time import MIN_TIMESTAMP
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer
 from headwater.sql.maintain.groups import ONE_GROUP, sql_typed
@@ -76,7 +77,7 @@ class SecondStage:
         self.inputs = [c for c, _ in first]
         names = self.inputs
         self.text = to_engine_sql(stage.query, "duckdb", lambda _: names)
-        self.con = duckdb.connect()
+        self.con = connection(registers_functions=bool(functions))
         register_duckdb(self.con, functions)
         for table, frame in (tables or {}).items():
             self.con.register(table, frame)

@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 
+from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError, position
 from headwater.sql.parse.dialect import Headwater
 
@@ -78,7 +79,7 @@ class ScalarFunction:
 
     def arrow_type(self) -> pa.DataType:
         """The Arrow type of the result type (DuckDB's reading of it)."""
-        with duckdb.connect() as con:
+        with connection() as con:
             try:
                 cast = con.sql(f"SELECT CAST(NULL AS {self.result_type}) AS r")
             except duckdb.Error:
