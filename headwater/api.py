@@ -317,13 +317,47 @@ def from_pandas(
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"from_pandas takes a pandas DataFrame, got {type(df).__name__}")
-    if arrival_time is not None and arrival_time not in df.columns:
+    duplicated = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+    if duplicated:
+        # ``df[name]`` would be a frame, not a column: pandas fails deep inside a run
+        raise PlanError(
+            "the input has two columns of one name",
+            argument="df",
+            found=f"duplicated columns {duplicated}",
+            fix="Rename or drop one of them before building the pipeline",
+        )
+    if arrival_time is not None:
+        _check_arrival_time(df, arrival_time)
+    return EventStream(df, event_time, watermark, on_null_event_time, arrival_time)
+
+
+def _check_arrival_time(df: pd.DataFrame, arrival_time: str) -> None:
+    """PlanError unless ``arrival_time`` is a column of timestamps or epoch
+    milliseconds without nulls: every row arrives at a processing time (the SQL
+    front end refuses the same column)."""
+    if arrival_time not in df.columns:
         raise PlanError(
             f"arrival-time column {arrival_time!r} is not a column of the input",
             argument=arrival_time,
             found=f"columns {list(df.columns)}",
         )
-    return EventStream(df, event_time, watermark, on_null_event_time, arrival_time)
+    column = df[arrival_time]
+    numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+    if not (pd.api.types.is_datetime64_any_dtype(column) or numeric):
+        raise PlanError(
+            f"arrival-time column {arrival_time!r} has type {column.dtype}",
+            argument=arrival_time,
+            found=f"e.g. {column.iloc[0]!r}" if len(column) else None,
+            fix="Give timestamps or epoch milliseconds, e.g. "
+            f"df[{arrival_time!r}] = pd.to_datetime(df[{arrival_time!r}])",
+        )
+    nulls = int(column.isna().sum())
+    if nulls:
+        raise PlanError(
+            f"arrival-time column {arrival_time!r} has {nulls} null(s): every row arrives",
+            argument=arrival_time,
+            fix="Fill or drop the rows without an arrival time",
+        )
 
 
 def from_kafka(

@@ -563,6 +563,9 @@ class TopK(CombineFn):
         return HT.list_of(input_type)
 
     def __init__(self, k: int, largest: bool = True) -> None:
+        # a slice by k: 0 keeps nothing, -1 silently drops the smallest value
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise ValueError(f"TopK needs a positive integer k, got {k!r}")
         self.k, self.largest = k, largest
 
     def _trim(self, arr: np.ndarray) -> np.ndarray:

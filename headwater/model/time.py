@@ -69,6 +69,8 @@ def to_millis(duration: float | int | str | _dt.timedelta | None) -> int:
     if isinstance(duration, bool):
         raise TypeError(f"not a duration: {duration!r}")
     if isinstance(duration, (int, float, np.integer, np.floating)):
+        if math.isnan(duration):
+            raise ValueError(f"cannot read duration {duration!r}: it is not a number")
         if math.isinf(duration):
             return MAX_TIMESTAMP if duration > 0 else MIN_TIMESTAMP
         return round(float(duration) * 1000)

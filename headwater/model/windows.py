@@ -267,6 +267,13 @@ class CalendarWindows(WindowFn):
             )
         if self.every < 1:
             raise ValueError("CalendarWindows every must be >= 1")
+        try:
+            pd.Timestamp(0).tz_localize(self.tz)
+        except (LookupError, TypeError, ValueError):  # pytz's unknown zone is a KeyError
+            raise ValueError(
+                f"CalendarWindows tz must be a time zone such as 'UTC' or 'Europe/Berlin', "
+                f"got {self.tz!r}"
+            ) from None
 
     def assign(self, timestamps: np.ndarray) -> Assignment:
         ts = np.asarray(timestamps, dtype=np.int64)

@@ -17,6 +17,7 @@ import pandas as pd
 from headwater.model.plan import (
     Capabilities,
     NullEventTime,
+    PlanError,
     WindowedAggregationPlan,
     null_event_time_error,
 )
@@ -173,7 +174,7 @@ def run_frame(
         raise null_event_time_error(event_time, int(null.sum()))
     keys = list(plan.keys)
     if keys:
-        key_codes = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+        key_codes = _key_codes(df, keys)
         key_table = df[keys].groupby(key_codes).first()
     else:
         key_codes, key_table = np.zeros(len(df), dtype=np.int64), None
@@ -206,6 +207,27 @@ def run_frame(
                 if col in frame:
                     frame[col] = _to_datetime(frame[col], tz)
     return out
+
+
+def _key_codes(df: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Each row's key group; PlanError naming the key column whose values cannot be
+    grouped (lists, dicts: unhashable), instead of pandas' TypeError."""
+    try:
+        return df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    except TypeError:
+        for key in keys:
+            for value in df[key]:
+                try:
+                    hash(value)
+                except TypeError:
+                    raise PlanError(
+                        f"key column {key!r} holds {type(value).__name__} values, "
+                        "which cannot be grouped",
+                        argument=key,
+                        found=repr(value),
+                        fix=f"Group by hashable values, e.g. df[{key!r}].map(tuple) or .map(str)",
+                    ) from None
+        raise
 
 
 def _replay_steps(df, plan, arrival_time, valid, ts, key_codes, values) -> list[Step]:

@@ -169,12 +169,18 @@ def _duration(text: str, table: str) -> int:
     from headwater.sql.errors import SqlError
 
     try:
-        return to_millis(text)
+        millis = to_millis(text)
     except (TypeError, ValueError):
         raise SqlError(
             f"--lateness {table}={text}: not a duration",
             hint="Write a duration such as '5 minutes' or '30 seconds'",
         ) from None
+    if millis < 0:
+        raise SqlError(
+            f"--lateness {table}={text}: the allowed lateness must not be negative",
+            hint="Write a duration such as '5 minutes', or 0 for none",
+        )
+    return millis
 
 
 def render(frame: pd.DataFrame, fmt: str) -> str:

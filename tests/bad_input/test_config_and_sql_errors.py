@@ -14,6 +14,7 @@ import pytest
 import headwater as hw
 from headwater.model.plan import PlanError
 from headwater.sql import read_replay, sql
+from headwater.sql.cli import main
 from headwater.sql.errors import SqlError
 from headwater.sql.parse.dialect import parse, source_def
 
@@ -188,6 +189,71 @@ def test_emit_after_a_zero_delay(stream) -> None:
     assert_user_words(sql_error(text, stream), at(text, "INTERVAL '0'"), "positive")
 
 
+#: A windowing TVF over a bounded table whose time column holds no timestamps:
+#: (the table's time column, words); never DuckDB's conversion error alone
+TIME_COLUMNS = {
+    "epoch milliseconds": ([1_000, 2_000], "holds int64 values, not timestamps"),
+    "text that is no time": (["soon", "later"], "column 'bidtime': invalid timestamp"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TIME_COLUMNS)
+def test_a_window_over_a_column_of_no_timestamps(case: str) -> None:
+    values, words = TIME_COLUMNS[case]
+    bids = pd.DataFrame({"bidtime": values, "price": [3, 5]})
+    text = "SELECT *\nFROM Tumble(TABLE(Bid), DESCRIPTOR(bidtime), INTERVAL '10' MINUTE)"
+    err = sql_error(text, {"Bid": bids})
+    assert_user_words(err, at(text, "bidtime"), words)
+    assert "when casting from source column" not in str(err)
+
+
+#: What is passed as a query or its tables that SQL cannot read: (query, tables, words)
+BAD_TABLES = {
+    "two columns of one name": ("SELECT price FROM Bid",
+                                {"Bid": pd.DataFrame([[1, 2]], columns=["price", "price"])},
+                                "table 'Bid' has two columns named 'price'"),
+    "column names that are numbers": ("SELECT * FROM Bid", {"Bid": pd.DataFrame([[1, 2]])},
+                                      "column names must be strings, not 0"),
+    "a frame of no columns": ("SELECT * FROM Bid", {"Bid": pd.DataFrame()},
+                              "table 'Bid' has no columns"),
+    "a frame, not a dict": ("SELECT * FROM Bid", pd.DataFrame({"price": [1]}),
+                            "tables must map each table's name to its table"),
+    "no query text": (None, {"Bid": pd.DataFrame({"price": [1]})},
+                      "the query must be SQL text, not NoneType"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_TABLES)
+def test_a_query_or_table_sql_cannot_read(case: str) -> None:
+    text, tables, words = BAD_TABLES[case]
+    assert words in str(sql_error(text, tables))
+
+
+@pytest.mark.parametrize("as_of", ["2024-01-01T10:05:00", pd.Timestamp("2024-01-01 10:05")])
+def test_as_of_that_is_not_epoch_milliseconds(stream, as_of) -> None:
+    with pytest.raises(SqlError, match="as_of must be a processing time in epoch milliseconds"):
+        sql(f"SELECT wstart, COUNT(*) AS n\nFROM {TUMBLE}\nGROUP BY wstart", stream).to_pandas(
+            as_of=as_of
+        )
+
+
+@pytest.mark.parametrize("lateness", ["5 minutes", -1, None])
+def test_a_replay_lateness_that_is_not_milliseconds(tmp_path, lateness) -> None:
+    path = tmp_path / "bid.jsonl"
+    path.write_text(json.dumps({"ptime": _iso("10:01"), "row": {"bidtime": _iso("10:00")}}))
+    with pytest.raises(SqlError, match=r"allowed_lateness must be a number of milliseconds"):
+        read_replay(str(path), "Bid", "bidtime", allowed_lateness=lateness)
+
+
+def test_a_negative_lateness_on_the_command_line(tmp_path, capsys) -> None:
+    path = tmp_path / "bid.jsonl"
+    path.write_text(json.dumps({"ptime": _iso("10:01"), "row": {"bidtime": _iso("10:00")}}))
+    argv = ["SELECT * FROM Bid", "--replay", f"Bid={path}", "--event-time", "Bid.bidtime"]
+    assert main([*argv, "--lateness", "Bid=-5s"]) == 2
+    err = capsys.readouterr().err
+    assert "--lateness Bid=-5s: the allowed lateness must not be negative" in err
+
+
 def create(options: str, watermark: str = "INTERVAL '5' SECOND") -> str:
     return (
         "CREATE TABLE Bid (bidtime TIMESTAMP, price BIGINT,\n"
@@ -246,6 +312,21 @@ FLUENT = {
     "zero count": (lambda: hw.AfterCount(0), ValueError, "AfterCount needs a positive"),
     "negative delay": (lambda: hw.AfterProcessingTime(-1), ValueError,
                        "AfterProcessingTime delay and period must not be negative"),
+    "NaN gap": (lambda: hw.Sessions(float("nan")), ValueError, "cannot read duration nan"),
+    "unknown time zone": (lambda: hw.CalendarWindows("day", tz="Mars/Base"), ValueError,
+                          "CalendarWindows tz must be a time zone"),
+    "top 0": (lambda: hw.top_k("v", 0), ValueError, "TopK needs a positive integer k, got 0"),
+    "top -1 (a slice would drop one)": (lambda: hw.top_k("v", -1), ValueError,
+                                        "TopK needs a positive integer k, got -1"),
+    "two columns of one name": (
+        lambda: hw.from_pandas(FRAME.rename(columns={"k": "v"}), "ts"),
+        PlanError, "duplicated columns ['v']"),
+    "arrival times as text": (
+        lambda: hw.from_pandas(FRAME.assign(at=["x", "y"]), "ts", arrival_time="at"),
+        PlanError, "arrival-time column 'at' has type object"),
+    "a null arrival time": (
+        lambda: hw.from_pandas(FRAME.assign(at=[1, None]), "ts", arrival_time="at"),
+        PlanError, "arrival-time column 'at' has 1 null(s)"),
 }  # fmt: skip
 
 
@@ -255,6 +336,15 @@ def test_a_pipeline_option_that_makes_no_sense(case: str) -> None:
     with pytest.raises(error) as info:
         build()
     assert words in str(info.value)
+
+
+def test_a_key_column_of_lists_is_named() -> None:
+    """Lists cannot be grouped: the key column is named, not pandas' hash error."""
+    pipeline = hw.from_pandas(FRAME.assign(k=[[1], [2]]), "ts")
+    pipeline = pipeline.window(hw.FixedWindows(60)).group_by("k").agg(n=hw.count())
+    with pytest.raises(PlanError, match="key column 'k' holds list values") as info:
+        pipeline.to_pandas()
+    assert info.value.argument == "k" and "map(tuple)" in str(info.value)
 
 
 def test_a_negative_lateness_is_refused_by_the_plan_too() -> None:

@@ -89,6 +89,9 @@ def columns_of(plan: QueryPlan):
     return lambda name: columns[name.lower()]
 
 
+#: DuckDB's conversion error names the column whose value it could not cast.
+_CAST_FROM = re.compile(r"\s*when casting from source column (?P<name>\S+)")
+
 #: DuckDB's unknown column, bare (``x``) or qualified (``t.x``: "... does not have a column").
 _UNKNOWN_COLUMN = re.compile(
     r'Referenced column "(?P<name>[^"]+)" not found|does not have a column named "(?P<q>[^"]+)"'
@@ -164,6 +167,18 @@ def _engine_error(exc: Exception, plan: QueryPlan) -> SqlError:
         return out_of_scope
     unknown = _UNKNOWN_COLUMN.search(text)
     columns = list(plan.query.find_all(exp.Column))
+    cast = _CAST_FROM.search(text)
+    if cast:  # a value of the user's column that DuckDB cannot convert, e.g. to TIMESTAMP
+        name = cast.group("name")
+        placed = [c for c in columns if c.name == name and position(c)[0] is not None]
+        line, col = position(placed[0]) if placed else (None, None)
+        problem = text[: cast.start()].removeprefix("Conversion Error: ").rstrip()
+        return SqlError(
+            f"column {name!r}: {problem}",
+            line,
+            col,
+            f"Fix the values of {name!r}, or convert them first (e.g. CAST, strptime)",
+        )
     if "GROUP BY" in text:  # a grouped SELECT's column, not a namesake elsewhere
         columns.sort(key=lambda c: not _in_grouped_select(c))
     for column in columns:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,10 +51,10 @@ def as_table(name: str, value: Any) -> Table:
     if isinstance(value, Table):
         return value
     if isinstance(value, pd.DataFrame):
-        return Table(name=name, frame=value)
+        return Table(name=name, frame=_checked_frame(name, value))
     source = getattr(value, "event_time", None)
     if source is not None and hasattr(value, "df"):
-        frame = value.df if isinstance(value.df, pd.DataFrame) else None
+        frame = _checked_frame(name, value.df) if isinstance(value.df, pd.DataFrame) else None
         spark = None if frame is not None else value.df
         wm = getattr(value, "resolved_watermark", lambda: None)()
         if frame is not None and getattr(value, "arrival_time", None) is not None:
@@ -64,6 +66,39 @@ def as_table(name: str, value: Any) -> Table:
         f"table {name!r}: cannot read a {type(value).__name__}",
         hint="Pass a pandas or Spark DataFrame, hw.from_pandas(...)/hw.from_spark(...), "
         "or headwater.sql.read_replay(...)",
+    )
+
+
+def _checked_frame(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` if SQL can name each of its columns: at least one, each a distinct
+    string (DuckDB and the planner fail deep inside otherwise)."""
+    odd = [c for c in frame.columns if not isinstance(c, str)]
+    if odd:
+        raise SqlError(
+            f"table {name!r}: column names must be strings, not {odd[0]!r}",
+            hint="Name the columns, e.g. frame.columns = [str(c) for c in frame.columns]",
+        )
+    duplicated = sorted(set(frame.columns[frame.columns.duplicated()]))
+    if duplicated:
+        raise SqlError(
+            f"table {name!r} has two columns named {duplicated[0]!r}",
+            hint="Rename or drop one of them",
+        )
+    if not len(frame.columns):
+        raise SqlError(f"table {name!r} has no columns", hint="Pass a frame with its columns")
+    return frame
+
+
+def _check_as_of(as_of: Any) -> None:
+    """SqlError unless ``as_of`` is ``None`` or a processing time in epoch ms (a
+    timestamp or text would reach numpy's comparisons and fail there)."""
+    if as_of is None:
+        return
+    if isinstance(as_of, numbers.Real) and not isinstance(as_of, bool) and math.isfinite(as_of):
+        return
+    raise SqlError(
+        f"as_of must be a processing time in epoch milliseconds, not {as_of!r}",
+        hint="Convert a time, e.g. as_of=pd.Timestamp('2020-04-15 08:13').value // 1_000_000",
     )
 
 
@@ -99,6 +134,7 @@ class SqlQuery:
                 f"query {self.plan.name!r} reads no stream, so it has no run over processing time",
                 hint="read its result with to_pandas() (or changelog(): each row added once)",
             )
+        _check_as_of(as_of)
         if as_of not in self._runs:
             run = self._stream_run(as_of)
             if any(t.correction is not None for t in self.plan.streams):

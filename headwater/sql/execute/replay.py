@@ -16,9 +16,11 @@ a tenth of the time), and its faults are named by record number.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -68,6 +70,7 @@ def read_replay(
     Arrow's JSON reader; a file it cannot take as is (a line that is not JSON, a
     column of two JSON types, a nested value, a value not of its column's type...)
     is read line by line, which names the line at fault (``vectorized=False``: always)."""
+    _check_lateness(allowed_lateness)
     read = read_columns(path, event_time, types or {}) if vectorized else None
     if read is None:
         read = _read_lines(path, name, event_time, types or {})
@@ -85,6 +88,18 @@ def read_replay(
         rejects=read.rejects,
         primary_key=tuple(primary_key),
     )
+
+
+def _check_lateness(allowed_lateness: Any) -> None:
+    """ReplayError unless ``allowed_lateness`` is a number of milliseconds, not
+    negative (text or ``None`` would fail deep inside a run)."""
+    number = isinstance(allowed_lateness, numbers.Real) and not isinstance(allowed_lateness, bool)
+    if not number or not allowed_lateness >= 0:
+        raise ReplayError(
+            f"allowed_lateness must be a number of milliseconds, not negative, "
+            f"not {allowed_lateness!r}",
+            hint="Pass e.g. allowed_lateness=5 * 60_000 for five minutes",
+        )
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+import pandas as pd
 from sqlglot import exp
 
 from headwater.model.panes import Accumulation
@@ -259,7 +260,27 @@ def _tvf_table(tvf: WindowTVF, catalog: Catalog) -> Table:
             col,
             f"Window by DESCRIPTOR({table.event_time})",
         )
+    _check_bounded_time_column(table, timecol)
     return table
+
+
+def _check_bounded_time_column(table: Table, timecol: exp.Expression) -> None:
+    """SqlError at DESCRIPTOR(...) when a local bounded table's time column holds
+    numbers or booleans: DuckDB cannot cast them to TIMESTAMP and would fail with
+    a conversion error that names neither the query nor the fix."""
+    if table.frame is None or table.is_stream:
+        return
+    column = table.frame[timecol.name]
+    if pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+        line, col = position(timecol)
+        raise SqlError(
+            f"DESCRIPTOR({timecol.name}): column {timecol.name!r} of {table.name!r} "
+            f"holds {column.dtype} values, not timestamps",
+            line,
+            col,
+            f"Pass timestamps, e.g. df[{timecol.name!r}] = "
+            f"pd.to_datetime(df[{timecol.name!r}], unit='ms') for epoch milliseconds",
+        )
 
 
 _LOWER = (exp.GTE, exp.GT)
