@@ -137,6 +137,16 @@ def _tables(args: argparse.Namespace) -> dict:
     event_times = _pairs(args.event_time, ".", "--event-time")
     lateness = {k: _duration(v, k) for k, v in _pairs(args.lateness, "=", "--lateness").items()}
     keys = {k: v.split(",") for k, v in _pairs(args.primary_key, "=", "--primary-key").items()}
+    for flag, given in (("--event-time", event_times), ("--lateness", lateness),
+                        ("--primary-key", keys)):  # fmt: skip
+        unknown = sorted(given.keys() - replays.keys())
+        if unknown:  # a misspelt table: said before "no event-time column" of the right one
+            value = ".COLUMN" if flag == "--event-time" else "=..."
+            raise SqlError(
+                f"{flag} {unknown[0]}{value}: no --replay {unknown[0]}=FILE",
+                hint=f"Name a replayed table ({', '.join(sorted(replays)) or 'none given'}), "
+                f"or replay it: --replay {unknown[0]}=FILE --event-time {unknown[0]}.COLUMN",
+            )
     tables = {}
     for name, path in replays.items():
         if name not in event_times:
@@ -146,12 +156,6 @@ def _tables(args: argparse.Namespace) -> dict:
             )
         tables[name] = read_replay(
             path, name, event_times[name], None, lateness.get(name, 0), keys.get(name, ())
-        )
-    unknown = sorted(keys.keys() - replays.keys())
-    if unknown:
-        raise SqlError(
-            f"--primary-key {unknown[0]}=...: no --replay {unknown[0]}=FILE",
-            hint=f"Replay the table: --replay {unknown[0]}=FILE --event-time {unknown[0]}.COLUMN",
         )
     return tables
 

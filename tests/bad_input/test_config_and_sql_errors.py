@@ -446,3 +446,13 @@ def test_a_spark_stream_names_its_event_time_not_an_internal_column(spark, tmp_p
             query.start(checkpoint_location=str(tmp_path / "checkpoint"))
         assert "'bidtime'" in str(info.value) and "TIMESTAMP_NTZ" in str(info.value)
         assert not any(internal in str(info.value) for internal in INTERNAL), str(info.value)
+
+
+def test_a_flag_for_a_table_not_replayed_names_it(tmp_path, capsys) -> None:
+    """``--event-time u.ts`` for ``--replay t=...``: the misspelt table is named."""
+    path = tmp_path / "bid.jsonl"
+    path.write_text(json.dumps({"ptime": _iso("10:01"), "row": {"bidtime": _iso("10:00")}}))
+    argv = ["SELECT * FROM Bid", "--replay", f"Bid={path}", "--event-time", "Bids.bidtime"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--event-time Bids.COLUMN: no --replay Bids=FILE" in err and "(Bid)" in err
