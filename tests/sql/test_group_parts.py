@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headwater.sql.maintain.aggregate_state import AT, GroupParts, group_hashes
+from headwater.sql.maintain.aggregate_state import AT, GroupParts
+from headwater.sql.maintain.changelog import group_hashes
 
 GROUP = ["__gk", "__gs", "__ge"]
 

@@ -16,22 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headwater.sql.maintain.changelog import CHANGE_COLUMNS, GROUP_COLUMNS, in_order
+from headwater.sql.maintain.changelog import (
+    CHANGE_COLUMNS,
+    GROUP_COLUMNS,
+    group_hashes,
+    in_order,
+)
 
 #: The position of a fired group in a step's panes: results are matched by it.
 AT = "__hw_at"
 #: A row's part and its row there, while rows are matched with the fired groups.
 _PART, _ROW = "__hw_part", "__hw_row"
-
-
-def group_hashes(frame: pd.DataFrame) -> np.ndarray:
-    """A uint64 hash of each row's group (GROUP_COLUMNS), from the values alone
-    (the key text as Python strings, the bounds as int64), whatever the dtypes."""
-    text = pd.util.hash_array(frame["__gk"].to_numpy(dtype=object))
-    start = pd.util.hash_array(frame["__gs"].to_numpy(np.int64))
-    end = pd.util.hash_array(frame["__ge"].to_numpy(np.int64))
-    with np.errstate(over="ignore"):
-        return text * np.uint64(0x9E3779B97F4A7C15) ^ start * np.uint64(31) ^ end
 
 
 @dataclass
