@@ -31,7 +31,7 @@ from headwater.model.time import MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, INT64, STRING
 from headwater.runners.duckdb_connections import connection
 from headwater.sql.errors import SqlError
-from headwater.sql.maintain.aggregate_state import AT, GroupRows
+from headwater.sql.maintain.aggregate_state import AT, GroupParts, GroupRows
 from headwater.sql.maintain.changelog import GROUP_COLUMNS
 from headwater.sql.maintain.groups import logical_type, sql_typed
 from headwater.sql.plan.fast_path import Shape, bare
@@ -145,7 +145,7 @@ class AggregateMaintainer:
             version, rows, versions = pickle.loads(blob)
             if version != SNAPSHOT_VERSION:
                 raise ValueError(f"SQL aggregate state of version {version}; this reads 1")
-            state.rows, state.versions = rows, versions
+            state.materialized, state.next_versions = GroupParts(rows), GroupParts(versions)
         return state
 
     def snapshot(self, state: GroupRows) -> bytes:

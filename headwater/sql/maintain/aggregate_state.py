@@ -168,19 +168,13 @@ class GroupRows:
 
     @property
     def rows(self) -> pd.DataFrame | None:
+        """Every group's materialized row, as one frame (the snapshot's form)."""
         return self.materialized.frame()
-
-    @rows.setter
-    def rows(self, frame: pd.DataFrame | None) -> None:
-        self.materialized = GroupParts(frame)
 
     @property
     def versions(self) -> pd.DataFrame | None:
+        """Every changed group's next ``ver``, as one frame (the snapshot's form)."""
         return self.next_versions.frame()
-
-    @versions.setter
-    def versions(self, frame: pd.DataFrame | None) -> None:
-        self.next_versions = GroupParts(frame)
 
     def _empty(self) -> pd.DataFrame:
         return pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS])
