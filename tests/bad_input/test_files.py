@@ -228,3 +228,53 @@ def test_a_spark_file_stream_dead_letters_its_malformed_lines(spark, tmp_path, f
     log = pd.read_parquet(tmp_path / "out")
     total = len(log) if path == "general" else int(log["c"].sum())
     assert total + len(letters) == len(lines) - (fmt == "csv")
+
+
+NESTED = """{"ptime": "2026-01-01T12:00:00", "row": {"k": "a", "ts": 1000, "v": {"a": 1, "b": [2]}}}
+{"ptime": "2026-01-01T12:00:01", "row": {"k": "b", "ts": 2000, "v": [1, {"a": 2}]}}
+{"ptime": "2026-01-01T12:00:02", "row": {"k": "a", "ts": 3000, "v": 7}}
+{"ptime": "2026-01-01T12:00:03", "row": {"k": "c", "ts": 4000, "v": null}}
+{"ptime": "2026-01-01T12:00:04", "watermark": 120000}
+"""
+
+
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_a_nested_replay_value_is_its_json_text(spark, tmp_path, runner):
+    """An object or list in a row (any mix of shapes in one column) is its compact
+    JSON text, and a number among them its text, as Flink's and Spark's JSON
+    formats read them into a STRING column: the column groups as text and
+    JSON_VALUE reads into it, streamed or bounded."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(NESTED)
+    text = "SELECT k, v, JSON_VALUE(v, '$.a') AS a, COUNT(*) AS c FROM t GROUP BY k, v EMIT STREAM"
+    q = hw.sql(text, {"t": read_replay(path, "t", "ts")}, runner=runner)
+    got = q.changelog()
+    assert q.dead_letters().empty
+    rows = sorted(zip(got["k"], got["v"].fillna("-"), got["a"].fillna("-"), got["c"], strict=True))
+    expected = [
+        ("a", '{"a":1,"b":[2]}', "1", 1),
+        ("a", "7", "-", 1),
+        ("b", '[1,{"a":2}]', "-", 1),
+        ("c", "-", "-", 1),
+    ]
+    assert rows == sorted(expected)
+    bounded = hw.sql(text.replace(" EMIT STREAM", ""), {"t": read_replay(path, "t", "ts")})
+    assert sorted(bounded.to_pandas()["v"].fillna("-")) == sorted(r[1] for r in expected)
+
+
+def test_a_nested_value_in_a_source_file_is_text_or_a_dead_letter(tmp_path):
+    """A JSON source's nested value is its JSON text in a STRING column, and a
+    malformed line (the whole line kept) in a column declared a number."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"k": "a", "ts": "2026-01-01T12:00:00", "n": 1, "v": {"x": [1]}}\n'
+        '{"k": "b", "ts": "2026-01-01T12:00:01", "n": {"x": 2}, "v": [true]}\n'
+    )
+    script = (
+        "CREATE TABLE t (k VARCHAR, ts TIMESTAMP, n BIGINT, v STRING) "
+        f"WITH ('format' = 'json', 'path' = '{path}');\nSELECT k, n, v FROM t;\n"
+    )
+    result, letters = letters_of(script, path, "local")
+    assert result.values.tolist() == [["a", 1, '{"x":[1]}']]
+    assert malformed(letters) == [(2, path.read_text().splitlines()[1])]
+    assert "'{\"x\":2}' is not BIGINT" in letters["error"].iloc[0]

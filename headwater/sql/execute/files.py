@@ -17,6 +17,7 @@ import io
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,6 +64,20 @@ def _integers(s: pd.Series) -> pd.Series:
     return number.where(whole).astype("Float64").astype("Int64")
 
 
+def _text(value: Any) -> str:
+    """A JSON scalar as the text Flink's and Spark's JSON formats read into a
+    STRING column: ``true``, ``7``, ``1.5``."""
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _texts(s: pd.Series) -> pd.Series:
+    if pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
+        return s.astype(object)
+    return s.map(_text, na_action="ignore").astype(object)
+
+
 def _booleans(s: pd.Series) -> pd.Series:
     text = s.map(lambda v: str(v).strip().lower() if isinstance(v, str | bool) else None)
     return text.map({"true": True, "false": False}).astype("boolean")
@@ -85,9 +100,9 @@ TYPED: dict[str, Callable[[pd.Series], pd.Series]] = {
     "TINYINT": _integers,
     "INT": _integers,
     "BOOLEAN": _booleans,
-    "VARCHAR": lambda s: s.where(s.isna(), s.astype(str)).astype(object),
-    "STRING": lambda s: s.where(s.isna(), s.astype(str)).astype(object),
-    "TEXT": lambda s: s.where(s.isna(), s.astype(str)).astype(object),
+    "VARCHAR": lambda s: _texts(s),
+    "STRING": lambda s: _texts(s),
+    "TEXT": lambda s: _texts(s),
 }
 
 
@@ -96,9 +111,37 @@ def reader_of(sql_type: str) -> Callable[[pd.Series], pd.Series] | None:
     return next((r for k, r in TYPED.items() if upper.startswith(k)), None)
 
 
+#: What :func:`pandas.api.types.infer_dtype` says of an object column that holds no
+#: JSON object or list (checked in C, so a column of text costs no Python loop).
+_SCALAR_KINDS = frozenset(
+    ["empty", "string", "boolean", "integer", "floating", "mixed-integer-float", "decimal"]
+)
+
+
+def nested_as_json(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each JSON object or list value as its compact JSON text, as
+    Flink's and Spark's JSON formats read a nested value into a STRING column: a
+    column then has one SQL type however its values' shapes differ, and groups,
+    sorts and compares as text (``json_extract`` reads into it)."""
+    out = frame
+    for column in frame.select_dtypes(include=object).columns:
+        values = frame[column]
+        if pd.api.types.infer_dtype(values, skipna=True) in _SCALAR_KINDS:
+            continue
+        nested = values.map(type).isin([dict, list]).to_numpy()
+        if nested.any():
+            if out is frame:
+                out = frame.copy()
+            text = [json.dumps(v, separators=(",", ":"), default=str) for v in values[nested]]
+            out[column] = values.where(~nested, pd.Series(text, index=values.index[nested]))
+    return out
+
+
 def typed(frame: pd.DataFrame, types: Mapping[str, str]) -> tuple[pd.DataFrame, np.ndarray]:
     """``frame`` with its declared columns typed, and per row the first column
-    whose value is not of its type (``''``: none)."""
+    whose value is not of its type (``''``: none); nested values are JSON text
+    first (:func:`nested_as_json`)."""
+    frame = nested_as_json(frame)
     out = frame.copy()
     bad = np.full(len(frame), "", dtype=object)
     for column, sql_type in types.items():
@@ -115,11 +158,14 @@ def typed(frame: pd.DataFrame, types: Mapping[str, str]) -> tuple[pd.DataFrame, 
 
 def first_type(column: pd.Series) -> str | None:
     """The SQL type of an undeclared JSON column: that of its first non-null value
-    when it is a number or a boolean (a text among numbers is then a bad value)."""
+    (a text among numbers is then a bad value; a number among texts, its text, as
+    Flink and Spark read a JSON scalar into a STRING column)."""
     values = column.dropna()
     if not len(values):
         return None
     first = values.iloc[0]
+    if isinstance(first, str | dict | list):  # a number or boolean among them: its JSON text
+        return "VARCHAR"
     if isinstance(first, bool | np.bool_):
         return "BOOLEAN"
     if not isinstance(first, int | float | np.integer | np.floating):
