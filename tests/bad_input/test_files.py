@@ -278,3 +278,41 @@ def test_a_nested_value_in_a_source_file_is_text_or_a_dead_letter(tmp_path):
     assert result.values.tolist() == [["a", 1, '{"x":[1]}']]
     assert malformed(letters) == [(2, path.read_text().splitlines()[1])]
     assert "'{\"x\":2}' is not BIGINT" in letters["error"].iloc[0]
+
+
+@pytest.mark.parametrize("declared", ["ARRAY<INT>", "DATE", "BIGNT", "INTERVAL"])
+def test_a_type_no_source_reads_is_refused_at_its_table(tmp_path, declared):
+    """A declared type without a reader (a typo, an ARRAY) used to pass the values
+    through unread: it is refused at the table's line, with the types that read."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"k": "a", "ts": "2026-01-01T12:00:00", "v": [1]}\n')
+    script = (
+        f"CREATE TABLE t (k VARCHAR, ts TIMESTAMP,\n  v {declared}) "
+        f"WITH ('format' = 'json', 'path' = '{path}');\nSELECT k, v FROM t;\n"
+    )
+    with pytest.raises(SqlError, match=r"line 1: table 't': column 'v' is declared .*VARCHAR"):
+        letters_of(script, path, "local")
+    replay = tmp_path / "t.replay.jsonl"
+    replay.write_text(NESTED)
+    with pytest.raises(SqlError, match=rf"t\.replay\.jsonl: column 'v' is declared '{declared}'"):
+        read_replay(replay, "t", "ts", types={"v": declared})
+
+
+def test_a_declared_column_no_record_has_is_null(tmp_path):
+    """As Flink reads a missing field: NULL of the declared type in each row."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"k": "a", "ts": "2026-01-01T12:00:00"}\n')
+    script = (
+        "CREATE TABLE t (k VARCHAR, ts TIMESTAMP, n BIGINT) "
+        f"WITH ('format' = 'json', 'path' = '{path}');\nSELECT k, n, n + 1 AS m FROM t;\n"
+    )
+    result, letters = letters_of(script, path, "local")
+    assert result["k"].tolist() == ["a"] and result[["n", "m"]].isna().all().all()
+    table = read_replay(_written(tmp_path, NESTED), "t", "ts", types={"z": "DOUBLE"})
+    assert table.frame["z"].isna().all() and table.frame["z"].dtype == "float64"
+
+
+def _written(tmp_path, text: str):
+    path = tmp_path / "r.jsonl"
+    path.write_text(text)
+    return path

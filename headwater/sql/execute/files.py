@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,32 +84,56 @@ def _booleans(s: pd.Series) -> pd.Series:
     return text.map({"true": True, "false": False}).astype("boolean")
 
 
-#: SQL type names (upper-case prefixes, longest first) -> a vectorized reader that
+def _timestamps(s: pd.Series) -> pd.Series:
+    stamps = pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
+    return stamps.dt.tz_localize(None).astype("datetime64[ns]")
+
+
+def _doubles(s: pd.Series) -> pd.Series:
+    return pd.to_numeric(s, errors="coerce").astype(np.float64)
+
+
+#: The SQL types a source reads, by the type's first word (sqlglot writes Flink's
+#: STRING as TEXT and TIMESTAMP_LTZ as TIMESTAMPLTZ) -> a vectorized reader that
 #: gives NULL where a value is not of the type.
 TYPED: dict[str, Callable[[pd.Series], pd.Series]] = {
-    "TIMESTAMP": lambda s: (
-        pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
-        .dt.tz_localize(None)
-        .astype("datetime64[ns]")
-    ),
-    "DECIMAL": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
-    "DOUBLE": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
-    "FLOAT": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
-    "REAL": lambda s: pd.to_numeric(s, errors="coerce").astype(np.float64),
+    "TIMESTAMP": _timestamps,
+    "TIMESTAMPLTZ": _timestamps,
+    "DECIMAL": _doubles,
+    "NUMERIC": _doubles,
+    "DOUBLE": _doubles,
+    "FLOAT": _doubles,
+    "REAL": _doubles,
     "BIGINT": _integers,
+    "INTEGER": _integers,
+    "INT": _integers,
     "SMALLINT": _integers,
     "TINYINT": _integers,
-    "INT": _integers,
     "BOOLEAN": _booleans,
-    "VARCHAR": lambda s: _texts(s),
-    "STRING": lambda s: _texts(s),
-    "TEXT": lambda s: _texts(s),
+    "VARCHAR": _texts,
+    "CHAR": _texts,
+    "STRING": _texts,
+    "TEXT": _texts,
 }
 
 
 def reader_of(sql_type: str) -> Callable[[pd.Series], pd.Series] | None:
-    upper = sql_type.upper()
-    return next((r for k, r in TYPED.items() if upper.startswith(k)), None)
+    """The reader of ``sql_type`` (None: no source reads it)."""
+    return TYPED.get(re.match(r"[A-Z_]*", sql_type.strip().upper()).group())
+
+
+def check_types(types: Mapping[str, str], where: str, line: int | None = None) -> None:
+    """SqlError naming the first declared column of a type no source reads (an
+    ARRAY, a MAP, a DATE...): its values would otherwise reach the query unread."""
+    for column, sql_type in types.items():
+        if not isinstance(sql_type, str) or reader_of(sql_type) is None:
+            raise SqlError(
+                f"{where}: column {column!r} is declared {sql_type!r}, a type no source reads",
+                line,
+                None,
+                f"Declare one of {', '.join(TYPED)}; a nested JSON value is read into "
+                "VARCHAR as its JSON text (JSON_VALUE reads into it)",
+            )
 
 
 #: What :func:`pandas.api.types.infer_dtype` says of an object column that holds no
@@ -146,9 +171,10 @@ def typed(frame: pd.DataFrame, types: Mapping[str, str]) -> tuple[pd.DataFrame, 
     bad = np.full(len(frame), "", dtype=object)
     for column, sql_type in types.items():
         reader = reader_of(sql_type)
-        if reader is None or column not in frame.columns:
+        if reader is None:
             continue
-        given = frame[column]
+        # a declared column no record has is NULL in each, as Flink reads a missing field
+        given = frame[column] if column in frame.columns else pd.Series(None, frame.index, object)
         values = reader(given)
         wrong = (given.notna() & values.isna()).to_numpy() & (bad == "")
         bad[wrong] = [f"column {column!r}: {v!r} is not {sql_type}" for v in given[wrong]]

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from headwater.model.watermarks import Punctuated
 from headwater.sql.errors import SqlError
-from headwater.sql.execute.files import rejects, typed, with_guesses
+from headwater.sql.execute.files import check_types, rejects, typed, with_guesses
 from headwater.sql.plan.catalog import PTIME, Table
 
 
@@ -71,6 +71,7 @@ def read_replay(
     column of two JSON types, a nested value, a value not of its column's type...)
     is read line by line, which names the line at fault (``vectorized=False``: always)."""
     _check_lateness(allowed_lateness)
+    check_types(types or {}, os.fspath(path))
     read = read_columns(path, event_time, types or {}) if vectorized else None
     if read is None:
         read = _read_lines(path, name, event_time, types or {})

@@ -33,7 +33,13 @@ from headwater.sql.errors import SqlError
 from headwater.sql.execute.blackhole_tables import blackhole_sink, is_blackhole
 from headwater.sql.execute.correct import corrections_option
 from headwater.sql.execute.delta_tables import delta_sink, is_delta
-from headwater.sql.execute.files import FileRead, no_rejects, read_csv, read_json_lines
+from headwater.sql.execute.files import (
+    FileRead,
+    check_types,
+    no_rejects,
+    read_csv,
+    read_json_lines,
+)
 from headwater.sql.execute.hybrid import watermark_option
 from headwater.sql.execute.kafka_tables import is_kafka, kafka_sink, kafka_source
 from headwater.sql.execute.replay import read_replay
@@ -84,6 +90,7 @@ def _local_table(d: SourceDef) -> Table:
     if fmt == "replay":
         if d.event_time is None:
             raise SqlError(f"replay {d.name!r} needs WATERMARK FOR its event time", d.line)
+        check_types(d.columns, f"table {d.name!r}", d.line)
         table = read_replay(path, d.name, d.event_time, d.columns, lateness)
         if table.watermark is None and d.watermark_delay_ms is not None:
             # No watermark events in the file: the declared bounded out-of-orderness.
@@ -98,6 +105,8 @@ def _local_table(d: SourceDef) -> Table:
             f"Use one of {', '.join([*_READERS, 'replay'])} for a source, "
             f"{' or '.join(SINK_FORMATS)} for a sink",
         )
+    if fmt != "parquet":  # Parquet's own types are read as they are
+        check_types(d.columns, f"table {d.name!r}", d.line)
     reads = [reader(p, d.columns) for p in _files(path)]
     frames = [r.frame for r in reads]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*d.columns])
