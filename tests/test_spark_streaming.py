@@ -411,7 +411,7 @@ def _python_workers(spark) -> list[int]:
     return [w for d in daemons for w in children.get(d, [])]
 
 
-def _long_timeline(path, n_steps=14):
+def _long_timeline(path, n_steps=10):
     rng = np.random.default_rng(3)
     steps, wm, proc = [], 0, 0
     for i in range(n_steps):
