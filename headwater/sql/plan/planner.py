@@ -52,6 +52,7 @@ from headwater.sql.plan.keys import (
 from headwater.sql.plan.quality import plan_quality
 from headwater.sql.plan.stages import Stage, split, stages
 from headwater.sql.plan.ttl import with_ttl
+from headwater.sql.plan.tvf_inputs import inline_tvf_subqueries
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,7 @@ def analyze(
     user functions by lower-case name; ``state_ttl``: the query's state
     time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own;
     ``fast_path``: whether a plain windowed aggregate may take the fast path."""
+    query = inline_tvf_subqueries(query, catalog)
     query = truncating_casts(query, [catalog.get(t.name, t) for t in _table_refs(query)])
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
