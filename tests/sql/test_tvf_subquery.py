@@ -47,6 +47,12 @@ QUERIES = {
         "(SELECT price AS p, bidtime AS t FROM Bid WHERE item = 'A'), DESCRIPTOR(t), "
         "INTERVAL '5' MINUTES, INTERVAL '10' MINUTES)) GROUP BY window_start, window_end"
     ),
+    # the other way round, a subquery over a TVF, whose star carries the window
+    # columns out (key derivation follows them: AFTER WATERMARK runs)
+    "star over tumble": (
+        "SELECT wstart, COUNT(*) AS n FROM (SELECT * FROM Tumble(TABLE(Bid), "
+        "DESCRIPTOR(bidtime), INTERVAL '5' MINUTE) WHERE price > 2) GROUP BY wstart, wend"
+    ),
     "rows": (
         "SELECT item, bidtime, wstart FROM "
         f"Tumble(TABLE({SUB}), DESCRIPTOR(bidtime), INTERVAL '5' MINUTE)"

@@ -74,10 +74,24 @@ class Tracer:
 
     def columns(self, source: Source) -> list[str]:
         if source.query is not None:
-            return output_names(source.query)
+            return self._output_columns(source.query)
         names = list(source.table.columns) if source.table is not None else []
         if source.tvf is not None:
             names += list(window_names(source.tvf))
+        return names
+
+    def _output_columns(self, query: exp.Expression) -> list[str]:
+        """:func:`output_names`, a star spelt out as its sources' columns (so that
+        ``GROUP BY wstart`` over ``(SELECT * FROM Tumble(...))`` finds the window)."""
+        select = query.this if isinstance(query, exp.Subquery) else query
+        if not isinstance(select, exp.Select):
+            return output_names(query)
+        names: list[str] = []
+        for item in select.expressions:
+            if isinstance(item, exp.Star):
+                names += [n.lower() for s in self.sources(select) for n in self.columns(s)]
+            else:
+                names.append(item.alias_or_name.lower())
         return names
 
     # -- origins
