@@ -47,6 +47,10 @@ QUERIES = {
         "(SELECT price AS p, bidtime AS t FROM Bid WHERE item = 'A'), DESCRIPTOR(t), "
         "INTERVAL '5' MINUTES, INTERVAL '10' MINUTES)) GROUP BY window_start, window_end"
     ),
+    "cte": (
+        "WITH f AS (SELECT * FROM Bid WHERE price > 2) SELECT f.wstart, COUNT(*) AS n "
+        "FROM Tumble(TABLE(f), DESCRIPTOR(bidtime), INTERVAL '5' MINUTE) GROUP BY f.wstart, wend"
+    ),
     # the other way round, a subquery over a TVF, whose star carries the window
     # columns out (key derivation follows them: AFTER WATERMARK runs)
     "star over tumble": (
@@ -94,6 +98,17 @@ def test_the_table_view_is_the_bounded_query_at_every_step(replay, name, emit) -
     # the late row, once per window it was late for (as over the table itself)
     letters = run.dead_letters[list(COLUMNS)].drop_duplicates()
     assert letters["price"].tolist() == [LATE[1]]
+
+
+def test_a_cte_that_aggregates_is_refused_at_the_tvf(replay) -> None:
+    """Not "unknown table": the CTE is named, and what it does is the reason."""
+    text = (
+        "WITH f AS (SELECT item, MAX(bidtime) AS bidtime FROM Bid GROUP BY item)\n"
+        "SELECT * FROM Tumble(TABLE(f), DESCRIPTOR(bidtime), INTERVAL '5' MINUTE) EMIT STREAM"
+    )
+    with pytest.raises(SqlError, match="more than filter and project") as info:
+        hw.sql(text, {"Bid": replay}).run()
+    assert (info.value.line, info.value.col) == (2, 15)
 
 
 @pytest.mark.parametrize(

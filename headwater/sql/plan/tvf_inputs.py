@@ -1,4 +1,4 @@
-"""A windowing TVF over a subquery that filters and projects one table.
+"""A windowing TVF over a subquery (or a CTE) that filters and projects one table.
 
 ``Tumble(TABLE(SELECT item, price, bidtime FROM Bid WHERE price > 2), ...)``
 means: the subquery's rows, each assigned its windows. A tumbling, hopping or
@@ -29,17 +29,40 @@ _HINT = (
 
 
 def inline_tvf_subqueries(query: exp.Expression, catalog: Catalog) -> exp.Expression:
-    """``query`` with each TVF over a filtering subquery rewritten as the subquery
-    over a TVF of its table (SqlError at the TVF where that does not mean the same)."""
+    """``query`` with each TVF over a filtering subquery, or a CTE that is one,
+    rewritten as the subquery over a TVF of its table (SqlError at the TVF where
+    that does not mean the same). The derived table takes the TVF's alias, else
+    the CTE's or the table's name."""
+    ctes = {cte.alias_or_name.lower(): cte.this for cte in query.find_all(exp.CTE)}
     for tvf in list(query.find_all(WindowTVF)):
-        if isinstance(tvf.this, exp.Table):
-            continue
-        select = tvf.this.this if isinstance(tvf.this, exp.Subquery) else tvf.this
+        data, name = tvf.this, None
+        if isinstance(data, exp.Table):
+            name = data.name
+            if data.args.get("db") or name.lower() not in ctes:
+                continue  # a table of the catalog
+            data = ctes[name.lower()]
+        select = data.this if isinstance(data, exp.Subquery) else data
         _check(tvf, select)
         table = _source(select)
         columns = catalog.get(table.name, table).columns
-        tvf.replace(_rewritten(tvf, select, columns))
+        tvf.replace(_rewritten(tvf, select, columns, name or table.name))
+    _drop_unread(query, {n for n in ctes if n not in _read_names(query)})
     return query
+
+
+def _read_names(query: exp.Expression) -> set[str]:
+    return {t.name.lower() for t in query.find_all(exp.Table) if not t.args.get("db")}
+
+
+def _drop_unread(query: exp.Expression, unread: set[str]) -> None:
+    """Remove the CTEs no table reference reads any more (each one inlined into
+    its TVFs): planning reads every CTE as a part of the query."""
+    for cte in list(query.find_all(exp.CTE)):
+        if cte.alias_or_name.lower() in unread:
+            cte.pop()
+    for with_ in list(query.find_all(exp.With)):
+        if not with_.expressions:
+            with_.pop()
 
 
 def _source(select: exp.Select) -> exp.Table:
@@ -81,7 +104,7 @@ def _time_column(tvf: WindowTVF, select: exp.Select) -> str:
     raise _refuse(tvf, f"it has no column {name!r}")
 
 
-def _rewritten(tvf: WindowTVF, select: exp.Select, columns: list[str]) -> exp.Subquery:
+def _rewritten(tvf: WindowTVF, select: exp.Select, columns: list[str], name: str) -> exp.Subquery:
     """``(SELECT items, window columns FROM TVF(TABLE(t)) [AS a] WHERE ...) AS alias``,
     a star spelt out as the table's columns (the planner follows named columns
     through a derived table to find the windows a GROUP BY names)."""
@@ -104,5 +127,5 @@ def _rewritten(tvf: WindowTVF, select: exp.Select, columns: list[str]) -> exp.Su
     body = exp.select(*items).from_(windowed)
     if select.args.get("where") is not None:
         body.set("where", select.args["where"].copy())
-    alias = tvf.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.name))
+    alias = tvf.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
     return exp.Subquery(this=body, alias=alias.copy())
