@@ -229,9 +229,38 @@ def validate(plan: QueryPlan) -> None:
     con = _empty_tables(plan)
     text = to_engine_sql(plan.query, "duckdb", columns_of(plan))
     try:
-        con.sql(text).limit(0).fetchall()
+        relation = con.sql(text)
+        relation.limit(0).fetchall()
     except duckdb.Error as exc:
         raise _engine_error(exc, plan) from None
+    if plan.is_stream:
+        _check_flat_results(plan, relation.columns, relation.types)
+
+
+#: DuckDB's nested types: values a changelog cannot net, number or order.
+_NESTED = ("LIST", "STRUCT", "MAP", "ARRAY", "UNION")
+
+
+def _check_flat_results(plan: QueryPlan, names: list[str], types: list) -> None:
+    """SqlError at the select item of a streaming query's first result column of
+    a nested type (a list, struct or map): the changelog nets, numbers and orders
+    result rows by their values, and such a value is no key of pandas' (it used to
+    fail inside pandas when the first row came)."""
+    for name, kind in zip(names, types, strict=True):
+        if getattr(kind, "id", "").upper() not in _NESTED:
+            continue
+        select = plan.query if isinstance(plan.query, exp.Select) else None
+        items = select.expressions if select is not None else []
+        placed = [e for e in items if e.alias_or_name == name] or items[:1]
+        line, col = position(placed[0]) if placed else (None, None)
+        raise SqlError(
+            f"result column {name!r} is a {kind} value: a streaming result's columns "
+            "are plain values (its changelog compares rows)",
+            line,
+            col,
+            "Select its elements (ps[1], LEN(ps)) or text of it "
+            "(CAST(ps AS VARCHAR), STRING_AGG(CAST(x AS VARCHAR), ',' ORDER BY x))",
+        )
 
 
 def event_times(plan: QueryPlan) -> dict[str, str]:
