@@ -558,6 +558,16 @@ class HeadwaterParser(BaseParser):
     def _at_emit(self) -> bool:
         return self._curr.token_type == TokenType.VAR and self._curr.text.upper() == "EMIT"
 
+    def _parse_group(self, skip_group_by_token: bool = False) -> exp.Group | None:
+        """``GROUP BY ALL EMIT ...``: after ALL, sqlglot reads on and would take EMIT
+        for a column to group by."""
+        index = self._index
+        if skip_group_by_token or self._match(TokenType.GROUP_BY):
+            if self._match(TokenType.ALL) and self._curr is not None and self._at_emit():
+                return self.expression(exp.Group(all=True))
+        self._retreat(index)
+        return super()._parse_group(skip_group_by_token)
+
     def _parse_table_alias(
         self, alias_tokens: t.Collection[TokenType] | None = None
     ) -> exp.TableAlias | None:
