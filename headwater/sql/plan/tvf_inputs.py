@@ -22,7 +22,7 @@ from headwater.sql.plan.catalog import Catalog
 from headwater.sql.plan.translate import window_names
 
 #: The SELECT parts a subquery under a TVF may have (a filter and a projection).
-_ALLOWED = {"expressions", "from", "from_", "where", "alias"}
+_ALLOWED = {"expressions", "from_", "where"}
 _HINT = (
     "Window the table itself and filter in WHERE, e.g. FROM Tumble(TABLE(Bid), ...) WHERE price > 2"
 )
@@ -66,7 +66,7 @@ def _drop_unread(query: exp.Expression, unread: set[str]) -> None:
 
 
 def _source(select: exp.Select) -> exp.Table:
-    return (select.args.get("from_") or select.args.get("from")).this
+    return select.args["from_"].this
 
 
 def _refuse(tvf: WindowTVF, reason: str) -> SqlError:
@@ -80,9 +80,8 @@ def _check(tvf: WindowTVF, select: exp.Expression) -> None:
         raise _refuse(tvf, "a session's windows depend on which rows the subquery keeps")
     if not isinstance(select, exp.Select):
         raise _refuse(tvf, "it is not a SELECT")
-    extra = sorted(k for k, v in select.args.items() if v not in (None, [], False))
-    extra = [k for k in extra if k not in _ALLOWED]
-    source = select.args.get("from_") or select.args.get("from")
+    extra = [k for k, v in select.args.items() if v not in (None, [], False) and k not in _ALLOWED]
+    source = select.args.get("from_")
     if extra or source is None or not isinstance(source.this, exp.Table):
         raise _refuse(tvf, "it does more than filter and project one table")
     nested = (exp.AggFunc, exp.Window, exp.Subquery, exp.Select, WindowTVF)
