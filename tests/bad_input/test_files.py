@@ -9,6 +9,8 @@ query's input; good rows plus dead letters account for every line.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -260,6 +262,55 @@ def test_a_nested_replay_value_is_its_json_text(spark, tmp_path, runner):
     assert rows == sorted(expected)
     bounded = hw.sql(text.replace(" EMIT STREAM", ""), {"t": read_replay(path, "t", "ts")})
     assert sorted(bounded.to_pandas()["v"].fillna("-")) == sorted(r[1] for r in expected)
+
+
+#: Text in a JSON column: an object (whose "s" is JSON text itself), text that is not
+#: JSON, an object cut short, an object whose "s" is not JSON, a string and an array.
+NOT_JSON = [
+    {"a": 1, "s": '{"b": 2}'},
+    "not json",
+    '{"a": 2',
+    {"s": "plain"},
+    {"a": "x"},
+    {"a": [1]},
+]
+
+
+@pytest.mark.parametrize("runner", ["local", "spark"])
+def test_json_value_reads_as_flinks(spark, tmp_path, runner):
+    """JSON_VALUE of malformed text, or of an array, is NULL (Flink's NULL ON ERROR
+    and NULL ON EMPTY), and of a string its characters, streamed on both runners
+    and bounded, in a select item, a group key and a nested call. Malformed text
+    used to fail the query (DuckDB's "Malformed JSON"; on Spark, the stream), and
+    a string came back quoted."""
+    path = tmp_path / "t.jsonl"
+    lines = [
+        {"ptime": f"2026-01-01T12:00:0{i}", "row": {"k": k, "ts": 1000 * i, "v": json.dumps(v)}}
+        for i, (k, v) in enumerate(zip("abcdef", NOT_JSON, strict=True))
+    ]
+    lines[1]["row"]["v"] = lines[1]["row"]["v"].strip('"')  # "not json", unquoted
+    lines[2]["row"]["v"] = NOT_JSON[2]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    a, ab = "JSON_VALUE(v, '$.a')", "JSON_VALUE(JSON_VALUE(v, '$.s'), '$.b')"
+    texts = {
+        "rows": f"SELECT k, {a} AS a, {ab} AS b FROM t EMIT STREAM",
+        "groups": f"SELECT {a} AS a, COUNT(*) AS c FROM t GROUP BY {a} EMIT STREAM",
+    }
+    want = {
+        "rows": [("a", "1", "2"), *((k, "-", "-") for k in "bcdf"), ("e", "x", "-")],
+        "groups": [("1", 1), ("x", 1), ("-", 4)],
+    }
+    for name, text in texts.items():
+        for bounded in (False, True):
+            q = hw.sql(
+                text.replace(" EMIT STREAM", "") if bounded else text,
+                {"t": read_replay(path, "t", "ts")},
+                runner=runner,
+            )
+            got = q.to_pandas() if bounded else q.run().table(None)  # its table view at the end
+            got = got[[c for c in got.columns if c in ("k", "a", "b", "c")]].astype(object)
+            rows = sorted(tuple("-" if pd.isna(v) else v for v in r) for r in got.values)
+            assert rows == sorted(want[name]), (name, bounded)
 
 
 def test_a_nested_value_in_a_source_file_is_text_or_a_dead_letter(tmp_path):
