@@ -344,6 +344,31 @@ def _split_index(args: list[exp.Expr]) -> exp.Expr:
     return case
 
 
+#: Flink's JSON_VALUE(s, path): NULL for text that is not JSON or a path to an
+#: object or array (NULL ON ERROR, NULL ON EMPTY: its defaults), a string's
+#: characters. DuckDB's json_value raises on malformed text (one row failed the
+#: query) and keeps a string's quotes. CASE, not AND: json_type never reads
+#: malformed text.
+_JSON_VALUE = sqlglot.parse_one(
+    "CASE WHEN JSON_VALID(:s) THEN CASE WHEN JSON_TYPE(:s, :path) NOT IN ('ARRAY', 'OBJECT') "
+    "THEN JSON_EXTRACT_STRING(:s, :path) END END"
+)
+
+
+def _json_value(args: list[exp.Expr]) -> exp.Expr:
+    """Flink's ``JSON_VALUE(s, path)`` in functions both runners' DuckDB has."""
+    if len(args) != 2:
+        raise SqlError(
+            "JSON_VALUE takes a JSON text and a path",
+            *position(args[0]) if args else (None, None),
+            "Write e.g. JSON_VALUE(payload, '$.price')",
+        )
+    values = dict(zip(("s", "path"), args, strict=True))
+    return _JSON_VALUE.transform(
+        lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
+    )
+
+
 def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
     """Flink's ``REGEXP_EXTRACT(s, pattern[, group])``: the group of the first match
     (0, the default: the whole match), NULL when nothing matches, where DuckDB's
@@ -427,6 +452,7 @@ class HeadwaterParser(BaseParser):
         "REGEXP_EXTRACT": _regexp_extract,
         "DATE_FORMAT": _date_format,
         "SPLIT_INDEX": _split_index,
+        "JSON_VALUE": _json_value,
     }
 
     FUNCTION_PARSERS = {

@@ -42,7 +42,6 @@ from headwater.sql.plan.catalog import Catalog, Table
 from headwater.sql.plan.emit import Materialization
 from headwater.sql.plan.functions import ScalarFunction, called
 from headwater.sql.plan.group_all import expand_group_all
-from headwater.sql.plan.json_values import flink_json_values
 from headwater.sql.plan.keys import (
     WINDOW_COLUMNS,
     KeyKind,
@@ -170,7 +169,7 @@ def analyze(
     user functions by lower-case name; ``state_ttl``: the query's state
     time-to-live (ms; :mod:`headwater.sql.plan.ttl`), over its streams' own;
     ``fast_path``: whether a plain windowed aggregate may take the fast path."""
-    query = inline_tvf_subqueries(expand_group_all(flink_json_values(query)), catalog)
+    query = inline_tvf_subqueries(expand_group_all(query), catalog)
     query = truncating_casts(query, [catalog.get(t.name, t) for t in _table_refs(query)])
     emit = Materialization.of(query.args.get("emit"))
     tvfs = list(query.find_all(WindowTVF))
