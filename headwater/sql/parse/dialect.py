@@ -328,6 +328,14 @@ _SPLIT_INDEX = sqlglot.parse_one(
 )
 
 
+def _filled(template: exp.Expr, names: tuple[str, ...], args: list[exp.Expr]) -> exp.Expr:
+    """``template`` with each placeholder ``:name`` as a copy of its argument."""
+    values = dict(zip(names, args, strict=True))
+    return template.transform(
+        lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
+    )
+
+
 def _split_index(args: list[exp.Expr]) -> exp.Expr:
     """Flink's ``SPLIT_INDEX(s, sep, index)`` as SPLIT_PART, which both engines have."""
     if len(args) != 3:
@@ -336,10 +344,7 @@ def _split_index(args: list[exp.Expr]) -> exp.Expr:
             *position(args[0]) if args else (None, None),
             "Write e.g. SPLIT_INDEX(url, '/', 3)",
         )
-    values = dict(zip(("s", "sep", "i"), args, strict=True))
-    case = _SPLIT_INDEX.transform(
-        lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
-    )
+    case = _filled(_SPLIT_INDEX, ("s", "sep", "i"), args)
     case.meta[SPLIT_INDEX] = True  # Spark's translation splits once (translate.py)
     return case
 
@@ -363,10 +368,7 @@ def _json_value(args: list[exp.Expr]) -> exp.Expr:
             *position(args[0]) if args else (None, None),
             "Write e.g. JSON_VALUE(payload, '$.price')",
         )
-    values = dict(zip(("s", "path"), args, strict=True))
-    return _JSON_VALUE.transform(
-        lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
-    )
+    return _filled(_JSON_VALUE, ("s", "path"), args)
 
 
 def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
