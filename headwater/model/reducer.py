@@ -295,7 +295,7 @@ class Reducer:
         the key dictionary is compacted to the live keys, so that the state held is
         that of the keys kept, not of every key ever seen."""
         table = self._table
-        codes = table.keys.get_indexer(pd.Index(np.asarray(keys, dtype=object)))
+        codes = table.keys.codes(keys)
         codes = codes[codes >= 0]
         if not len(codes):
             return
@@ -310,7 +310,7 @@ class Reducer:
         if len(queue):
             for column in ("owner_key", "key"):
                 queue[column] = remap[queue[column].to_numpy(np.int64)]
-        table.keys = table.keys[live]
+        table.keys = table.keys.subset(live)
 
     # ------------------------------------------------------------ snapshots
     def snapshot(self) -> bytes:

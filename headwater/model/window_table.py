@@ -15,7 +15,7 @@ earlier releases hold the same names, so they must never change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -102,7 +102,7 @@ class WindowTable:
             name: {f: acc_column(name, f) for f in fn.create(0)}
             for name, fn in self._combiners.items()
         }
-        self.keys = pd.Index([], dtype=object)
+        self.keys = KeyDictionary()
         self.cols = self.empty(0)
         self._index: pd.Index | None = None
         #: column -> an array with room to grow, whose first rows ``cols`` views
@@ -140,7 +140,7 @@ class WindowTable:
         n = len(cols["key"])
         defaults = self.empty(n) if any(c not in cols for c in names) else {}
         self.cols = {c: cols[c] if c in cols else defaults[c] for c in names}
-        self.keys = pd.Index(keys, dtype=object)
+        self.keys = KeyDictionary(keys)
         self._index = None
 
     # ------------------------------------------------------------------ rows
@@ -227,17 +227,90 @@ class WindowTable:
 
     def encode_keys(self, keys) -> np.ndarray:
         """The int64 code of each key, adding unseen keys to the dictionary."""
-        keys = pd.Index(np.asarray(keys, dtype=object) if not isinstance(keys, pd.Index) else keys)
-        codes = self.keys.get_indexer(keys)
-        if (codes < 0).any():
-            new = keys[codes < 0].unique()
-            self.keys = self.keys.append(pd.Index(new, dtype=object))
-            codes = self.keys.get_indexer(keys)
-        return codes.astype(np.int64)
+        return self.keys.encode(keys)
 
     def decode_keys(self, codes: np.ndarray) -> np.ndarray:
         """The keys of ``codes`` (an object array)."""
-        return self.keys[codes].to_numpy()
+        return self.keys.decode(codes)
+
+
+class KeyDictionary:
+    """The keys of a shard, coded 0, 1, ... in the order they first came.
+
+    The codes are looked up in parts (consecutive ranges of codes, each a hashed
+    ``pd.Index``): a step's new keys are a part of their own, and the last two
+    parts merge while the older is at most twice the newer, as the digits of a
+    binary counter carry. So a step hashes its own keys into a logarithmic number
+    of parts and each key is rehashed a logarithmic number of times in all, where
+    one index of every key rebuilt at each step with new keys cost what all the
+    keys cost. Keys compare as ``pd.Index`` compares them (NaN equal to NaN)."""
+
+    def __init__(self, keys=None) -> None:
+        values = np.asarray([] if keys is None else keys, dtype=object)
+        self._values = values.copy()
+        self._size = len(values)
+        self._parts: list[pd.Index] = [pd.Index(values, dtype=object)] if len(values) else []
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self._values[: self._size])
+
+    def codes(self, keys) -> np.ndarray:
+        """The code of each key, -1 for a key not here."""
+        keys = _as_index(keys)
+        out = np.full(len(keys), -1, dtype=np.int64)
+        todo = np.arange(len(keys))
+        start = 0
+        for part in self._parts:
+            if not len(todo):
+                break
+            found = part.get_indexer(keys[todo] if len(todo) < len(keys) else keys)
+            hit = found >= 0
+            out[todo[hit]] = found[hit] + start
+            todo = todo[~hit]
+            start += len(part)
+        return out
+
+    def encode(self, keys) -> np.ndarray:
+        """The code of each key, adding the keys not here (in order of first sight)."""
+        keys = _as_index(keys)
+        codes = self.codes(keys)
+        missing = codes < 0
+        if missing.any():
+            absent = keys[missing]
+            new = absent.unique()
+            codes[missing] = new.get_indexer(absent) + self._size
+            self._append(new)
+        return codes
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """The keys of ``codes`` (an object array)."""
+        return self._values[: self._size][codes]
+
+    def subset(self, codes: np.ndarray) -> KeyDictionary:
+        """A dictionary of the keys of ``codes`` only, coded in that order."""
+        return KeyDictionary(self.decode(codes))
+
+    def _append(self, new: pd.Index) -> None:
+        end = self._size + len(new)
+        if end > len(self._values):
+            grown = np.empty(max(end, 2 * len(self._values)), dtype=object)
+            grown[: self._size] = self._values[: self._size]
+            self._values = grown
+        self._values[self._size : end] = new.to_numpy(object)
+        self._size = end
+        self._parts.append(pd.Index(new, dtype=object))
+        while len(self._parts) > 1 and len(self._parts[-2]) <= 2 * len(self._parts[-1]):
+            older, newer = self._parts[-2:]
+            self._parts[-2:] = [older.append(newer)]
+
+
+def _as_index(keys) -> pd.Index:
+    if isinstance(keys, pd.Index):
+        return keys
+    return pd.Index(np.asarray(keys, dtype=object), dtype=object)
 
 
 def _window_hash(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -106,8 +106,8 @@ def exact(a, b) -> bool:
 def assert_same_state(r1: Reducer, r2: Reducer) -> None:
     t1, t2 = r1._table, r2._table
     assert list(t1.keys) == list(t2.keys) or set(t1.keys) >= set(t2.keys)
-    k1 = t1.keys[t1.cols["key"]].tolist()
-    k2 = t2.keys[t2.cols["key"]].tolist()
+    k1 = t1.decode_keys(t1.cols["key"]).tolist()
+    k2 = t2.decode_keys(t2.cols["key"]).tolist()
     assert [(type(k), k) for k in k1] == [(type(k), k) for k in k2]
     assert list(t1.cols) == list(t2.cols)
     for name, a in t1.cols.items():
@@ -320,7 +320,7 @@ def legacy_snapshot(r: Reducer) -> bytes:
     cols["key"] = remap[cols["key"]]
     return pickle.dumps(
         {
-            "keys": r._table.keys[live].to_numpy(),
+            "keys": r._table.decode_keys(live),
             "cols": cols,
             "queue": r._queue.frame.copy(),
             "watermark": r.watermark,
