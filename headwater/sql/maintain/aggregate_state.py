@@ -25,14 +25,13 @@ from headwater.sql.maintain.changelog import (
 
 #: The position of a fired group in a step's panes: results are matched by it.
 AT = "__hw_at"
-#: A row's part and its row there, while rows are matched with the fired groups.
-_PART, _ROW = "__hw_part", "__hw_row"
 
 
 @dataclass
 class _Part:
-    """Rows of groups, their hashes sorted (with the row of each) and which rows
-    are still the groups' (a row taken away stays until the part is rewritten)."""
+    """Rows of groups, their hashes sorted (with the row of each), which rows are
+    still the groups' (a row taken away stays until the part is rewritten), and the
+    group columns as arrays, to tell groups that share a hash apart."""
 
     frame: pd.DataFrame
     row_hashes: np.ndarray
@@ -40,35 +39,53 @@ class _Part:
     rows_by_hash: np.ndarray
     live: np.ndarray
     min_end: int
+    groups: tuple[np.ndarray, ...]
 
     @classmethod
     def of(cls, frame: pd.DataFrame, hashes: np.ndarray) -> _Part:
         frame = frame.reset_index(drop=True)
         order = np.argsort(hashes, kind="stable")
-        ends = frame["__ge"].to_numpy(np.int64)
-        return cls(frame, hashes, hashes[order], order, np.ones(len(frame), bool), ends.min())
+        groups = group_arrays(frame)
+        live = np.ones(len(frame), bool)
+        return cls(frame, hashes, hashes[order], order, live, groups[2].min(), groups)
 
     @property
     def size(self) -> int:
         return int(self.live.sum())
 
-    def candidates(self, hashes: np.ndarray) -> np.ndarray:
-        """The live rows whose group hash is one of ``hashes`` (equal hashes of
-        other groups included: the caller matches the group columns)."""
+    def matches(self, hashes: np.ndarray, groups: tuple[np.ndarray, ...]):
+        """The live rows of the groups ``groups`` (arrays of GROUP_COLUMNS, their
+        ``hashes``): the position of each matched group, and its row here."""
         left = np.searchsorted(self.sorted_hashes, hashes, "left")
         count = np.searchsorted(self.sorted_hashes, hashes, "right") - left
         if not count.any():
-            return np.zeros(0, dtype=np.int64)
+            return _NONE, _NONE
+        at = np.repeat(np.arange(len(hashes)), count)
         first = np.repeat(left, count)
         nth = np.arange(len(first)) - np.repeat(np.cumsum(count) - count, count)
-        rows = np.unique(self.rows_by_hash[first + nth])
-        return rows[self.live[rows]]
+        rows = self.rows_by_hash[first + nth]
+        ok = self.live[rows]
+        for mine, theirs in zip(self.groups, groups, strict=True):
+            ok &= np.asarray(mine[rows] == theirs[at], dtype=bool)
+        return at[ok], rows[ok]
 
     def kept(self) -> tuple[pd.DataFrame, np.ndarray]:
         """The live rows and their hashes."""
         if self.live.all():
             return self.frame, self.row_hashes
         return self.frame[self.live], self.row_hashes[self.live]
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def group_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """The group columns (GROUP_COLUMNS) of ``frame`` as arrays: key text, start, end."""
+    return (
+        frame["__gk"].to_numpy(object),
+        frame["__gs"].to_numpy(np.int64),
+        frame["__ge"].to_numpy(np.int64),
+    )
 
 
 class GroupParts:
@@ -96,20 +113,22 @@ class GroupParts:
     def take(self, fired: pd.DataFrame, hashes: np.ndarray) -> pd.DataFrame | None:
         """The rows of the ``fired`` groups (GROUP_COLUMNS + AT), each with the
         group's AT, taken out of the parts. None when no part has any."""
-        group = list(GROUP_COLUMNS)
-        picks = [(i, part.candidates(hashes)) for i, part in enumerate(self.parts)]
-        picks = [(i, rows) for i, rows in picks if len(rows)]
-        if not picks:
+        groups = group_arrays(fired)
+        at_fired = fired[AT].to_numpy(np.int64)
+        frames, ats = [], []
+        for part in self.parts:
+            at, rows = part.matches(hashes, groups)
+            if len(rows):
+                part.live[rows] = False
+                frames.append(part.frame.take(rows))
+                ats.append(at_fired[at])
+        if not frames:
             return None
-        some = pd.concat([self.parts[i].frame.iloc[rows] for i, rows in picks], ignore_index=True)
-        some[_PART] = np.repeat([i for i, _ in picks], [len(rows) for _, rows in picks])
-        some[_ROW] = np.concatenate([rows for _, rows in picks])
-        marked = some.merge(fired[[*group, AT]], how="inner", on=group)
-        part_of, row = marked[_PART].to_numpy(np.int64), marked[_ROW].to_numpy(np.int64)
-        for i, _ in picks:
-            self.parts[i].live[row[part_of == i]] = False
         self._compact()
-        return marked.drop(columns=[_PART, _ROW]) if len(marked) else None
+        some = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        some = some.reset_index(drop=True)
+        some[AT] = np.concatenate(ats)
+        return some
 
     def add(self, frame: pd.DataFrame, hashes: np.ndarray | None = None) -> None:
         """New rows, of groups that have none here (``take`` them first)."""
@@ -193,52 +212,81 @@ class GroupRows:
             fired = fired[group].assign(**{AT: np.arange(n)})
             results = results[[*group, *self.columns]].merge(fired, on=group)
         hashes = group_hashes(fired)
-        new = results[[*group, *self.columns, AT]]
-        at_new = new[AT].to_numpy(np.int64)
-        has = np.zeros(n, dtype=bool)
-        has[at_new] = True
-        had = np.zeros(n, dtype=bool)
-        at_old = np.zeros(0, dtype=np.int64)
+        new = results[[*group, *self.columns]]
+        at_new = results[AT].to_numpy(np.int64)
         old = self.materialized.take(fired, hashes)
-        if old is None:
-            old = new.iloc[:0]
-        else:
-            at_old = old[AT].to_numpy(np.int64)
-            had[at_old] = True
-        same = had & has
-        if same.any():
-            both = np.flatnonzero(same)
-            o = old.set_index(AT).reindex(both)
-            w = new.set_index(AT).reindex(both)
-            equal = np.ones(len(both), dtype=bool)
-            for c in self.columns:
-                a, b = o[c], w[c]
-                equal &= ((a == b).fillna(False) | (a.isna() & b.isna())).to_numpy(bool)
-            same[both[~equal]] = False
+        at_old = _NONE if old is None else old[AT].to_numpy(np.int64)
+        had, has = _marked(n, at_old), _marked(n, at_new)
+        same = self._same(old, at_old, new, at_new, had & has)
         undo, add = had & ~same, has & ~same
         ver = np.zeros(n, dtype=np.int64)
         marked = self.next_versions.take(fired, hashes)
         if marked is not None:
             ver[marked[AT].to_numpy(np.int64)] = marked["ver"].to_numpy(np.int64)
-        self.materialized.add(new.drop(columns=[AT]), hashes[at_new])
+        self.materialized.add(new, hashes[at_new])
         following = ver + undo + add
         counted = following > 0
         if counted.any():
-            bumped = fired.loc[counted, group].assign(ver=following[counted])
-            self.next_versions.add(bumped, hashes[counted])
+            bumped = {c: a[counted] for c, a in zip(group, group_arrays(fired), strict=True)}
+            bumped["ver"] = following[counted]
+            self.next_versions.add(pd.DataFrame(bumped), hashes[counted])
         if not (undo.any() or add.any()):
             return self._empty()
-        withdrawn = old[undo[at_old]]
-        withdrawn = withdrawn.assign(undo=True, ver=ver[withdrawn[AT].to_numpy(np.int64)])
-        added = new[add[at_new]]
-        at = added[AT].to_numpy(np.int64)
-        added = added.assign(undo=False, ver=ver[at] + undo[at])
-        change = pd.concat([withdrawn, added], ignore_index=True) if len(withdrawn) else added
-        change = change[[*GROUP_COLUMNS, *self.columns, "undo", "ver"]]
+        added = at_new[add[at_new]]
+        change = new[add[at_new]].assign(undo=False, ver=ver[added] + undo[added])
+        gone = at_old[undo[at_old]]
+        if len(gone):
+            withdrawn = old[undo[at_old]][[*group, *self.columns]]
+            change = pd.concat(
+                [withdrawn.assign(undo=True, ver=ver[gone]), change], ignore_index=True
+            )
         change.insert(len(change.columns) - 1, "ptime", np.int64(ptime))
         return in_order(change)
+
+    def _same(self, old, at_old: np.ndarray, new, at_new: np.ndarray, both: np.ndarray):
+        """Which of the fired groups with an old and a new row (``both``) kept their
+        row: equal in every column of the query (NULL equal to NULL)."""
+        if not both.any():
+            return both
+        n, which = len(both), np.flatnonzero(both)
+        io, iw = _rows_of(n, at_old)[which], _rows_of(n, at_new)[which]
+        equal = np.ones(len(which), dtype=bool)
+        for c in self.columns:
+            equal &= _same_values(old[c].to_numpy()[io], new[c].to_numpy()[iw])
+        same = np.zeros(n, dtype=bool)
+        same[which[equal]] = True
+        return same
 
     def expire(self, horizon: int) -> None:
         """Forget the groups whose windows end at or before ``horizon``."""
         self.materialized.expire(horizon)
         self.next_versions.expire(horizon)
+
+
+def _marked(n: int, at: np.ndarray) -> np.ndarray:
+    """Which of ``n`` positions are in ``at``."""
+    out = np.zeros(n, dtype=bool)
+    out[at] = True
+    return out
+
+
+def _rows_of(n: int, at: np.ndarray) -> np.ndarray:
+    """The row of each of ``n`` positions in a frame whose rows are at ``at``."""
+    out = np.zeros(n, dtype=np.int64)
+    out[at] = np.arange(len(at))
+    return out
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise equality, NULL (None, NaN, NaT, NA) equal to NULL; values that
+    do not compare as scalars (lists, NA) are compared as pandas compares them."""
+    try:
+        with np.errstate(invalid="ignore"):
+            equal = np.asarray(a == b, dtype=bool)
+    except (TypeError, ValueError):
+        sa, sb = pd.Series(a), pd.Series(b)
+        equal = (sa == sb).fillna(False).to_numpy(bool)
+    if equal.shape != a.shape:  # numpy gave up comparing element-wise
+        sa, sb = pd.Series(a), pd.Series(b)
+        equal = (sa == sb).fillna(False).to_numpy(bool)
+    return equal | (pd.isna(a) & pd.isna(b))
