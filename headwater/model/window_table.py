@@ -246,10 +246,10 @@ class KeyDictionary:
     keys cost. Keys compare as ``pd.Index`` compares them (NaN equal to NaN)."""
 
     def __init__(self, keys=None) -> None:
-        values = np.asarray([] if keys is None else keys, dtype=object)
-        self._values = values.copy()
-        self._size = len(values)
-        self._parts: list[pd.Index] = [pd.Index(values, dtype=object)] if len(values) else []
+        index = pd.Index([] if keys is None else keys, dtype=object)
+        self._values = index.to_numpy(object).copy()
+        self._size = len(index)
+        self._parts: list[pd.Index] = [index] if len(index) else []
 
     def __len__(self) -> int:
         return self._size

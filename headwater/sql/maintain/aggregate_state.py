@@ -284,9 +284,7 @@ def _same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             equal = np.asarray(a == b, dtype=bool)
     except (TypeError, ValueError):
-        sa, sb = pd.Series(a), pd.Series(b)
-        equal = (sa == sb).fillna(False).to_numpy(bool)
-    if equal.shape != a.shape:  # numpy gave up comparing element-wise
-        sa, sb = pd.Series(a), pd.Series(b)
-        equal = (sa == sb).fillna(False).to_numpy(bool)
+        equal = None
+    if equal is None or equal.shape != a.shape:  # not compared element-wise
+        equal = (pd.Series(a) == pd.Series(b)).fillna(False).to_numpy(bool)
     return equal | (pd.isna(a) & pd.isna(b))
