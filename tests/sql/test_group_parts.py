@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headwater.sql.maintain.aggregate_state import AT, GroupParts
+from headwater.sql.maintain.aggregate_state import AT, GroupParts, group_arrays
 from headwater.sql.maintain.changelog import group_hashes
 
 GROUP = ["__gk", "__gs", "__ge"]
@@ -42,7 +42,7 @@ def test_parts_hold_what_a_mapping_holds(colliding: bool) -> None:
         universe += len(new_ids)
         fired = groups(np.r_[old_ids, new_ids].astype(np.int64)).assign(**{AT: 0})
         fired[AT] = np.arange(len(fired))
-        taken = parts.take(fired, hashed(fired))
+        taken = parts.take(group_arrays(fired), fired[AT].to_numpy(), hashed(fired))
         fired_keys = set(as_dict(fired.assign(value=0)))
         want = {k: v for k, v in model.items() if k in fired_keys}
         got = {} if taken is None else as_dict(taken)

@@ -110,11 +110,12 @@ class GroupParts:
         kept = [p.kept()[0] for p in self.parts]
         return pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
 
-    def take(self, fired: pd.DataFrame, hashes: np.ndarray) -> pd.DataFrame | None:
-        """The rows of the ``fired`` groups (GROUP_COLUMNS + AT), each with the
-        group's AT, taken out of the parts. None when no part has any."""
-        groups = group_arrays(fired)
-        at_fired = fired[AT].to_numpy(np.int64)
+    def take(
+        self, groups: tuple[np.ndarray, ...], at_fired: np.ndarray, hashes: np.ndarray
+    ) -> pd.DataFrame | None:
+        """The rows of the fired groups (``groups``: their GROUP_COLUMNS as arrays,
+        ``at_fired`` their AT, ``hashes`` theirs), each with its group's AT, taken
+        out of the parts. None when no part has any."""
         frames, ats = [], []
         for part in self.parts:
             at, rows = part.matches(hashes, groups)
@@ -125,8 +126,7 @@ class GroupParts:
         if not frames:
             return None
         self._compact()
-        some = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        some = some.reset_index(drop=True)
+        some = pd.concat(frames, ignore_index=True)
         some[AT] = np.concatenate(ats)
         return some
 
@@ -141,7 +141,7 @@ class GroupParts:
         """Forget the rows of the windows that end at or before ``horizon``."""
         for part in self.parts:
             if part.min_end <= horizon:
-                part.live &= part.frame["__ge"].to_numpy(np.int64) > horizon
+                part.live &= part.groups[2] > horizon
         self._compact()
 
     def _compact(self) -> None:
@@ -214,20 +214,21 @@ class GroupRows:
         hashes = group_hashes(fired)
         new = results[[*group, *self.columns]]
         at_new = results[AT].to_numpy(np.int64)
-        old = self.materialized.take(fired, hashes)
+        groups, at_fired = group_arrays(fired), fired[AT].to_numpy(np.int64)
+        old = self.materialized.take(groups, at_fired, hashes)
         at_old = _NONE if old is None else old[AT].to_numpy(np.int64)
         had, has = _marked(n, at_old), _marked(n, at_new)
         same = self._same(old, at_old, new, at_new, had & has)
         undo, add = had & ~same, has & ~same
         ver = np.zeros(n, dtype=np.int64)
-        marked = self.next_versions.take(fired, hashes)
+        marked = self.next_versions.take(groups, at_fired, hashes)
         if marked is not None:
             ver[marked[AT].to_numpy(np.int64)] = marked["ver"].to_numpy(np.int64)
         self.materialized.add(new, hashes[at_new])
         following = ver + undo + add
         counted = following > 0
         if counted.any():
-            bumped = {c: a[counted] for c, a in zip(group, group_arrays(fired), strict=True)}
+            bumped = {c: a[counted] for c, a in zip(group, groups, strict=True)}
             bumped["ver"] = following[counted]
             self.next_versions.add(pd.DataFrame(bumped), hashes[counted])
         if not (undo.any() or add.any()):
