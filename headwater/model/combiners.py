@@ -32,6 +32,7 @@ running it on a sample value of the input type.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from typing import Any
 
 import numpy as np
@@ -56,8 +57,18 @@ def object_array(items) -> np.ndarray:
 
 
 def _empty_lists(n: int) -> np.ndarray:
-    """``n`` new empty lists, as an object array."""
-    return np.fromiter(([] for _ in range(n)), dtype=object, count=n)
+    """``n`` new empty lists, as an object array (built in C: no Python frame per list)."""
+    return np.fromiter(map(list, itertools.repeat((), n)), dtype=object, count=n)
+
+
+def _with_empty_lists(out: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    """``out`` with a new empty list in each place that ``owners`` (distinct) does not
+    name: only those lists are made."""
+    if len(owners) < len(out):
+        absent = np.ones(len(out), dtype=bool)
+        absent[owners] = False
+        out[absent] = _empty_lists(int(absent.sum()))
+    return out
 
 
 #: a copy of each list of an object array, in one C loop
@@ -504,25 +515,24 @@ class ToList(CombineFn):
         order, owners, cuts = _runs(groups)
         flat = np.asarray(values, dtype=object)[order].tolist()
         bounds = np.r_[cuts, len(flat)].tolist()
-        chunks = np.fromiter(
-            (flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)),
-            dtype=object,
-            count=len(cuts),
-        )
+        # slices of ``flat``, made and taken in C (map over builtins): no Python frame
+        # per group
+        runs = map(slice, bounds[:-1], bounds[1:])
+        chunks = np.fromiter(map(flat.__getitem__, runs), dtype=object, count=len(cuts))
         if len(owners) == n:  # every group has values: owners are 0..n-1
             return {"values": chunks}
-        out = _empty_lists(n)
+        out = np.empty(n, dtype=object)
         out[owners] = chunks
-        return {"values": out}
+        return {"values": _with_empty_lists(out, owners)}
 
     def merge(self, acc, groups, n):
         """Each group's lists concatenated in order: one element-wise list ``+`` per
         rank of a list within its group (two for the reducer's current + new)."""
         groups = np.asarray(groups)
-        out = _empty_lists(n)
         if not len(groups):
-            return {"values": out}
-        order, _, cuts = _runs(groups)
+            return {"values": _empty_lists(n)}
+        order, owners, cuts = _runs(groups)
+        out = _with_empty_lists(np.empty(n, dtype=object), owners)  # owners' lists: below
         sizes = np.diff(np.r_[cuts, len(groups)])
         rank = _ranks(cuts, len(groups))
         lists = acc["values"]

@@ -429,11 +429,13 @@ class GroupMaintainer:
         # a global window's bounds (a keyed group) are out of a timestamp's range; no
         # query reads them (its TVFs, if any, are computed over the group's rows)
         starts, ends = (np.clip(np.asarray(b, np.int64), _TS_MIN, _TS_MAX) for b in (starts, ends))
-        bounds = pd.DataFrame(
+        # Arrow, not pandas: DuckDB registers it several times faster (TIMESTAMP_NS
+        # either way, as a pandas datetime column gives)
+        bounds = pa.table(
             {
-                GID: np.arange(len(starts), dtype=np.int64),
-                "__gs": pd.to_datetime(starts, unit="ms"),
-                "__ge": pd.to_datetime(ends, unit="ms"),
+                GID: pa.array(np.arange(len(starts), dtype=np.int64)),
+                "__gs": pa.array(starts * 1_000_000, pa.timestamp("ns")),
+                "__ge": pa.array(ends * 1_000_000, pa.timestamp("ns")),
             }
         )
         con.register(GROUP_RELATION, bounds)
