@@ -22,6 +22,7 @@ from headwater.model import state
 from headwater.model.arrays import distinct_sorted, rows_union, union_sorted
 from headwater.model.arrow_values import exact_numpy
 from headwater.model.combiners import CombineFn, ToList, object_array
+from headwater.model.keep import TopRows
 from headwater.model.merging import RetractionQueue, WindowMerger
 from headwater.model.panes import Accumulation, TimestampCombiner, Timing
 from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
@@ -71,11 +72,18 @@ class Reducer:
     ``None`` every pane carries its elements as a list in ``values``.
     """
 
-    def __init__(self, strategy: WindowingStrategy, aggregations: Aggregations | None = None):
+    def __init__(
+        self,
+        strategy: WindowingStrategy,
+        aggregations: Aggregations | None = None,
+        keep: TopRows | None = None,
+    ):
         self.strategy = strategy
         self.aggregations: dict[str, tuple[CombineFn, str | None]] = (
             {"values": (ToList(), _VALUE)} if aggregations is None else dict(aggregations)
         )
+        #: which of a window's rows it keeps (None: all): ``model.keep``
+        self.keep = _checked_keep(keep, strategy, self.aggregations)
         self.watermark: int = MIN_TIMESTAMP
         self.now: int = 0
         self.dropped_count: int = 0
@@ -340,11 +348,15 @@ class Reducer:
 
     @classmethod
     def restore(
-        cls, strategy: WindowingStrategy, aggregations: Aggregations | None, blob: bytes | None
+        cls,
+        strategy: WindowingStrategy,
+        aggregations: Aggregations | None,
+        blob: bytes | None,
+        keep: TopRows | None = None,
     ) -> Reducer:
         """A reducer from a :meth:`snapshot` blob (``headwater.model.state``: the
         current format, or version 0, the pickle of earlier releases)."""
-        r = cls(strategy, aggregations)
+        r = cls(strategy, aggregations, keep)
         if blob:
             snap = state.loads(blob, r.aggregations)
             r._table.load(snap.keys, snap.cols)
@@ -377,6 +389,16 @@ class Reducer:
             current = self._table.accumulators(name, rows)
             merged = fn.merge({f: concat(current[f], partial_acc[f]) for f in partial_acc}, pos, n)
             self._table.set_accumulators(name, rows, merged)
+        if self.keep is not None:
+            self._prune(rows)
+
+    def _prune(self, rows: np.ndarray) -> None:
+        """Drop the rows of the windows at ``rows`` that :attr:`keep` does not keep."""
+        table = self._table
+        lists = {name: table.accumulators(name, rows)["values"] for name in self.aggregations}
+        at, kept = self.keep.pruned(lists)
+        for name, values in kept.items():
+            table.set_accumulators(name, rows[at], {"values": values})
 
     def _add_holds(self, rows, groups, n, ts, starts, ends) -> None:
         tc = self.strategy.timestamp_combiner
@@ -585,3 +607,23 @@ def _retraction_frame(
 
 def _no_panes() -> pd.DataFrame:
     return pd.DataFrame()
+
+
+def _checked_keep(
+    keep: TopRows | None, strategy: WindowingStrategy, aggregations: Aggregations
+) -> TopRows | None:
+    """``keep``, if a reducer can apply it: every aggregation a list of rows' values
+    (a combined value cannot be pruned), its order's columns among them, windows
+    that do not merge (a merged window's rows are not re-pruned as one)."""
+    if keep is None:
+        return None
+    if not all(isinstance(fn, ToList) for fn, _ in aggregations.values()):
+        raise ValueError("keeping the first rows needs every aggregation to be a ToList")
+    if keep.n < 1 or not keep.order:
+        raise ValueError(f"keep needs n >= 1 and an order, got {keep!r}")
+    missing = [c for c, _ in keep.order if c not in aggregations]
+    if missing:
+        raise ValueError(f"keep orders by aggregations that do not exist: {missing}")
+    if strategy.window_fn.is_merging:
+        raise ValueError("keeping the first rows needs windows that do not merge")
+    return keep

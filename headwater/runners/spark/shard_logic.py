@@ -117,7 +117,7 @@ class ShardLogic:
         batch, nulls = self._micro_batch(table, tv)
         stored = self.state.get()
         blob, timer = (bytes(stored[0]), int(stored[1])) if stored is not None else (None, -1)
-        reducer = Reducer.restore(self.plan.strategy, self.plan.aggregations, blob)
+        reducer = Reducer.restore(self.plan.strategy, self.plan.aggregations, blob, self.plan.keep)
         gone = self._expire_idle(reducer, batch)
         emission = apply_step(reducer, batch)
         wm = batch.watermark if batch.watermark is not None else batch.arrival_watermark
@@ -141,7 +141,7 @@ class ShardLogic:
         data, nulls = self._without_null_times(data)
         stored, kept = self.state.get(), self.watermark_state.get()
         blob = bytes(stored[0]) if stored is not None else None
-        reducer = Reducer.restore(plan.strategy, plan.aggregations, blob)
+        reducer = Reducer.restore(plan.strategy, plan.aggregations, blob, plan.keep)
         tracker = slack_tracker(plan.derived, bytes(kept[0]) if kept is not None else None)
         now = int(tv.getCurrentProcessingTimeInMs())
         emissions, trace = [], []

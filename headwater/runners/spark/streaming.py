@@ -90,6 +90,7 @@ from pyspark.sql import types as T
 from headwater.io.end_of_input import EndOfInput
 from headwater.model import combiners as C
 from headwater.model import types as HT
+from headwater.model.keep import TopRows
 from headwater.model.plan import (
     Capabilities,
     NullEventTime,
@@ -279,6 +280,7 @@ def compile_streaming(
     end_of_input: EndOfInput | None = None,
     rejected_col: str | None = None,
     state_ttl: int | None = None,
+    keep: TopRows | None = None,
 ) -> DataFrame:
     """The Spark streaming plan of a validated ``plan`` over the streaming ``df``.
 
@@ -323,6 +325,8 @@ def compile_streaming(
     (:class:`~headwater.model.idle.IdleKeys`) and, at every micro-batch (each
     reaches every shard), drops the state of the keys idle that long before the
     batch's rows, the transform withdrawing their results.
+    ``keep``: which rows of a window each shard's reducer keeps (``model.keep``;
+    None: all of them).
 
     Returns a streaming DataFrame (see the module docstring for its columns).
     """
@@ -450,6 +454,7 @@ def compile_streaming(
         ends=end_of_input is not None,
         rejects=None if rejected_col is None else DROP + rejected_col,
         ttl=state_ttl,
+        keep=keep,
     )
     packets = flat.mapInArrow(Packer(worker_plan), PACKET_SCHEMA)
     result = packets.groupBy("shard").transformWithStateInPandas(

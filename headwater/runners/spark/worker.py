@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from headwater.model.combiners import CombineFn
+from headwater.model.keep import TopRows
 from headwater.model.strategy import WindowingStrategy
 
 #: Set (before the SparkSession starts) to a directory to cProfile the Python side
@@ -122,6 +123,8 @@ class WorkerPlan:
     #: a state time-to-live (ms; SQL's 'state.ttl'): each shard drops the state of
     #: its keys idle that long, and every micro-batch reaches every shard
     ttl: int | None = None
+    #: which rows of a window the reducer keeps (headwater.model.keep; None: all)
+    keep: TopRows | None = None
 
     @property
     def has_control(self) -> bool:

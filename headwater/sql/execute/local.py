@@ -24,6 +24,7 @@ from sqlglot import exp
 from headwater.model.arrays import distinct_sorted, union_sorted
 from headwater.model.arrow_values import exact_numpy
 from headwater.model.combiners import ToList
+from headwater.model.keep import TopRows
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
 from headwater.model.strategy import WindowingStrategy
@@ -61,6 +62,7 @@ from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.stateless import why_not as stateless_why_not
+from headwater.sql.plan.top_rows import first_rows
 from headwater.sql.plan.translate import to_engine_sql
 
 
@@ -334,6 +336,8 @@ class SqlPlan:
     aggregations: dict[str, tuple[ToList, str]]
     layouts: tuple[StreamLayout, ...]
     maintainer: GroupMaintainer
+    #: which rows of a key the reducer keeps (None: all): a Top-N's first rows
+    keep: TopRows | None = None
 
 
 def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True) -> SqlPlan:
@@ -375,7 +379,25 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
     strategy = plan.windowing()
-    return SqlPlan(plan, strategy, {u: (ToList(), u) for u in union}, tuple(layouts), maintainer)
+    aggregations = {u: (ToList(), u) for u in union}
+    keep = _kept_rows(plan, layouts, maintainer)
+    return SqlPlan(plan, strategy, aggregations, tuple(layouts), maintainer, keep)
+
+
+def _kept_rows(
+    plan: QueryPlan, layouts: list[StreamLayout], maintainer: GroupMaintainer
+) -> TopRows | None:
+    """The reducer's :class:`TopRows` for a query that shows only each key's first
+    rows (:mod:`headwater.sql.plan.top_rows`), its order's columns named by their
+    union columns; None where it keeps every row (a query whose changes are the
+    new rows' counts it evaluated (``append``) needs them all)."""
+    first = first_rows(plan)
+    if first is None or maintainer.append is None or len(layouts) != 1:
+        return None
+    union = {c.lower(): u for c, u in zip(layouts[0].columns, layouts[0].union, strict=True)}
+    if any(c.lower() not in union for c, _ in first.order):
+        return None
+    return TopRows(first.n, tuple((union[c.lower()], desc) for c, desc in first.order))
 
 
 def group_sql(plan: QueryPlan) -> str:
@@ -551,7 +573,7 @@ def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
             data, steps, lateness, sql.maintainer, forms, as_of, wait=wait
         )
     else:
-        reducer = Reducer(sql.strategy, sql.aggregations)
+        reducer = Reducer(sql.strategy, sql.aggregations, sql.keep)
         ttl = state_ttl(sql.query)
         changelog, dead = replay(data, steps, reducer, sql.maintainer, forms, as_of, ttl)
     return SqlRun(sql.maintainer.columns, with_start(sql, changelog, steps[0]), dead)

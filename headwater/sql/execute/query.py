@@ -41,6 +41,7 @@ from headwater.sql.plan.planner import QueryPlan, analyze
 from headwater.sql.plan.proctime import with_processing_time
 from headwater.sql.plan.quality import QualityQuery
 from headwater.sql.plan.stateless import why_not as stateless_why_not
+from headwater.sql.plan.top_rows import first_rows
 
 
 def as_table(name: str, value: Any) -> Table:
@@ -229,7 +230,7 @@ class SqlQuery:
             lines.append(f"  table {t.name}: bounded")
         if plan.is_stream:
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
-            lines.append(f"  maintenance: {describe_maintenance(plan)}")
+            lines.append(f"  maintenance: {describe_maintenance(plan)}{_kept_rows(plan)}")
             lines += [f"  {note}" for note in self.stage_notes()]
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
@@ -255,6 +256,20 @@ def changelog_batches(log: pd.DataFrame, sink: Any) -> list[Any]:
         table = pa.Table.from_pandas(log, preserve_index=False)
         return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
     return [log.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(bounds)]
+
+
+def _kept_rows(plan: QueryPlan) -> str:
+    """What a deduplication's or Top-N's keys keep on the general path (their first
+    rows: :mod:`headwater.sql.plan.top_rows`), or nothing."""
+    compiled = compile_sql(plan, fast=False)
+    first = first_rows(plan)
+    if not isinstance(compiled, SqlPlan) or compiled.keep is None or first is None:
+        return ""
+    by = ", ".join(f"{c} {'DESC' if desc else 'ASC'}" for c, desc in first.order)
+    return (
+        f" that can still be among its first {first.n} by {by} (with those tied with the last"
+        " of them or NULL there); the others are dropped, which changes no result"
+    )
 
 
 def _describe_batch(plan: QueryPlan) -> str:

@@ -271,6 +271,7 @@ class SparkSqlQuery(SqlQuery):
             carry=carry,
             end_of_input=end_of_input,
             state_ttl=key_ttl(sql.query),
+            keep=sql.keep,
         )
 
     # -- Spark streaming sources

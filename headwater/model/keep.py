@@ -1,0 +1,111 @@
+"""Which of a group's rows its state must keep: all, or the first ``n`` by an order.
+
+A group that holds its rows (one ``ToList`` per column) for a query that only
+ever shows its first ``n`` rows by some order (SQL's ``ROW_NUMBER() OVER
+(PARTITION BY key ORDER BY ...) <= n``, a deduplication or a Top-N) never
+needs a row that ``n`` others precede: whatever arrives later, those ``n``
+still precede it. :class:`TopRows` drops such rows after each step, so a key's
+state stays at about ``n`` rows instead of growing with every row of the key.
+
+Kept besides the first ``n``: every row tied with the ``n``-th (an order with
+ties ranks them in any order, so each could be among the first ``n``) and
+every row with a NULL or NaN in an order column (NULLs sort first or last by
+the engine's rule; kept, the rule need not be known). So every row that could
+be among the first ``n`` over all rows is kept, with every row that precedes
+it, and the rows kept stay in their order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["TopRows"]
+
+#: What ``pandas.api.types.infer_dtype`` calls values of types that do not compare
+#: with each other (numbers and text): the order of such a column is not known.
+_UNORDERED = frozenset({"mixed", "mixed-integer"})
+
+
+@dataclass(frozen=True)
+class TopRows:
+    """Keep the rows that fewer than ``n`` rows of their group precede by ``order``:
+    ``(column, descending)`` pairs, each column the name of an aggregation whose
+    accumulator is the group's list of that column's values."""
+
+    n: int
+    order: tuple[tuple[str, bool], ...]
+
+    def pruned(self, lists: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The groups that lose rows (their places in ``lists``: each column's list per
+        group, every column of the rows) and each column's lists of what they keep.
+        Only groups of more than ``n`` rows are looked at."""
+        sizes = np.fromiter(map(len, lists[self.order[0][0]]), np.int64)
+        big = np.flatnonzero(sizes > self.n)
+        none = (big[:0], {})
+        if not len(big):
+            return none
+        sizes = sizes[big]
+        group = np.repeat(np.arange(len(big)), sizes)
+        kept = self.kept({c: lists[c][big] for c, _ in self.order}, group)
+        if kept is None:
+            return none
+        left = np.bincount(group[kept], minlength=len(big))
+        lost = left < sizes
+        rows = lost[group]
+        take, left = kept[rows], left[lost]
+        out = {name: split(flat(lists[name][big[lost]])[take].tolist(), left) for name in lists}
+        return big[lost], out
+
+    def kept(self, lists: dict[str, np.ndarray], group: np.ndarray) -> np.ndarray | None:
+        """Over the groups' rows one after another (``lists``: each order column's
+        list per group; ``group``: each row's group), which to keep; None when the
+        values do not sort (all kept)."""
+        keys, known = [], np.ones(len(group), dtype=bool)
+        for column, descending in self.order:
+            values = flat(lists[column])
+            if pd.api.types.infer_dtype(values, skipna=True) in _UNORDERED:
+                return None
+            try:
+                codes, _ = pd.factorize(values, sort=True)
+            except TypeError:  # values of types that do not compare
+                return None
+            known &= codes >= 0
+            keys.append(-codes if descending else codes)
+        ranked = np.flatnonzero(known)
+        # by group, then the order's columns (np.lexsort: the last key first)
+        order = ranked[np.lexsort([*(k[ranked] for k in keys[::-1]), group[ranked]])]
+        return self._within(order, group, keys, known)
+
+    def _within(self, order, group, keys, known) -> np.ndarray:
+        """Keep each ranked row that fewer than ``n`` rows of its group precede: the
+        place of the first row of its tie (in ``order``) in its group's run."""
+        g = group[order]
+        new_group = np.r_[True, g[1:] != g[:-1]]
+        new_tie = new_group.copy()
+        for k in keys:
+            v = k[order]
+            new_tie[1:] |= v[1:] != v[:-1]
+        place = np.arange(len(order))
+        group_start = np.maximum.accumulate(np.where(new_group, place, 0))
+        tie_start = np.maximum.accumulate(np.where(new_tie, place, 0))
+        keep = ~known  # a NULL in an order column: kept
+        keep[order[tie_start - group_start < self.n]] = True
+        return keep
+
+
+def flat(lists: np.ndarray) -> np.ndarray:
+    """The values of an object array of lists, one after another (one pass in C)."""
+    total = sum(map(len, lists))
+    return np.fromiter(itertools.chain.from_iterable(lists), dtype=object, count=total)
+
+
+def split(values: list, sizes: np.ndarray) -> np.ndarray:
+    """``values`` cut into consecutive lists of ``sizes``, as an object array (the
+    slices made and taken in C)."""
+    bounds = np.r_[0, np.cumsum(sizes)].tolist()
+    runs = map(slice, bounds[:-1], bounds[1:])
+    return np.fromiter(map(values.__getitem__, runs), dtype=object, count=len(sizes))
