@@ -95,6 +95,30 @@ def test_value_ordered_sorts_the_tied_rows_only(seed, spread):
     )
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_value_ordered_sorts_every_kind_of_column_as_pandas(seed):
+    """Text with NULLs, floats with NaN and -0.0, times with NaT, booleans and
+    nullable integers sort by codes as ``sort_values`` sorts them (NULLs last)."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    frame = _changes(seed, n, 3)
+    frame["s"] = np.array(["x", "y", None, "ab"], dtype=object)[rng.integers(0, 4, n)]
+    frame["f"] = np.array([0.0, -0.0, 1.5, np.nan, -2.0])[rng.integers(0, 5, n)]
+    frame["t"] = pd.to_datetime(np.array([0, 1000, None], dtype=object)[rng.integers(0, 3, n)])
+    frame["b"] = rng.random(n) < 0.5
+    frame["o"] = pd.array(np.array([1, 2, None], dtype=object)[rng.integers(0, 3, n)], "Int64")
+    for columns in (["s"], ["f", "s"], ["t", "b"], ["o", "f", "t"], ["b", "o", "s", "f"]):
+        keys = [*GROUP_COLUMNS, *columns]
+        pd.testing.assert_frame_equal(
+            value_ordered(frame, keys, ["__gk"]), _reference_values(frame, keys, ["__gk"])
+        )
+
+
+def test_value_ordered_leaves_numbers_mixed_with_text_to_the_merge():
+    frame = pd.DataFrame({"__gk": ["a"] * 3, "__gs": [0] * 3, "__ge": [1] * 3, "m": [1, "x", 2]})
+    assert value_ordered(frame, [*GROUP_COLUMNS, "m"], list(GROUP_COLUMNS)) is None
+
+
 @pytest.mark.parametrize("spread", [3, 1_000_000])
 def test_a_first_append_numbers_each_group_from_its_count(spread):
     """``ver`` continues per group: 0, 1, ... in changelog order; the counts kept are

@@ -141,13 +141,33 @@ def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.D
     tied = _tied(frame, ties)
     if not len(tied):
         return frame
-    try:
-        order = frame.iloc[tied].sort_values(keys, na_position="last", kind="stable").index
-    except TypeError:
-        return None
+    codes = []
+    for c in keys:
+        values = frame[c].to_numpy()[tied]
+        if values.dtype == object and pd.api.types.infer_dtype(values) in _UNSORTABLE:
+            return None
+        try:
+            codes.append(_narrow(_value_codes(values)))
+        except TypeError:
+            return None
     places = np.arange(len(frame))
-    places[tied] = order.to_numpy()
+    places[tied] = tied[np.lexsort(codes[::-1])]  # stable, as sort_values(kind="stable")
     return frame.iloc[places].reset_index(drop=True)
+
+
+#: What ``infer_dtype`` calls values of types that do not sort together (numbers
+#: and text): ``sort_values`` raises on them.
+_UNSORTABLE = frozenset({"mixed", "mixed-integer"})
+
+
+def _value_codes(values: np.ndarray) -> np.ndarray:
+    """int64 codes that sort as ``sort_values(na_position="last")`` sorts
+    ``values``: integers and booleans as they are; anything else (text, floats,
+    times with NaT) by its rank among the distinct values, NULLs after them."""
+    if values.dtype.kind in "iub":
+        return values.astype(np.int64, copy=False)
+    codes, uniques = pd.factorize(values, sort=True)
+    return np.where(codes < 0, len(uniques), codes).astype(np.int64, copy=False)
 
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
