@@ -16,7 +16,7 @@ The shape is checked on the query's text, never on data: the window function
 ranks the rows of one stream as they arrive (no WHERE, join or other window
 function beneath it), partitions them by exactly the query's key, orders them
 by plain columns, and the outer WHERE bounds its rank by a constant in a
-conjunct (``rn <= n``, ``rn < n``, ``rn = 1``); anything else keeps every row.
+conjunct (``rn <= n``, ``rn < n``, ``rn = n``); anything else keeps every row.
 """
 
 from __future__ import annotations
