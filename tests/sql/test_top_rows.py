@@ -69,6 +69,10 @@ KEPT = {
         _ranked("ROW_NUMBER", "bidtime, id", "rn = 1"),
         (1, (("bidtime", False), ("id", False))),
     ),
+    "second_only": (
+        _ranked("ROW_NUMBER", "price DESC, id", "rn = 2"),
+        (2, (("price", True), ("id", False))),
+    ),
     "bound_first": (
         _ranked("ROW_NUMBER", "price NULLS FIRST, id", "2 >= rn AND price > 1"),
         (2, (("price", False), ("id", False))),
