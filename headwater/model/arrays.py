@@ -1,4 +1,5 @@
-"""Distinct values and unions of integer arrays, found by sorting.
+"""Distinct values and unions of integer arrays, found by sorting; whether an
+array's values sort together at all.
 
 numpy 2.x's ``np.unique`` without ``return_index``/``return_inverse``/
 ``return_counts`` (and so ``np.union1d``) collects the distinct values in a
@@ -10,6 +11,19 @@ so they sort instead; the result is the same sorted array of distinct values.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+
+#: What ``pandas.api.types.infer_dtype`` calls values of types that do not compare
+#: with each other (numbers and text).
+_UNSORTABLE = frozenset({"mixed", "mixed-integer"})
+
+
+def sorts_together(values: np.ndarray) -> bool:
+    """Whether ``values`` (NULLs aside) are of types that compare with each other:
+    pandas' ``sort_values`` raises on numbers mixed with text, while its
+    ``factorize(sort=True)`` orders them anyway, so a caller that sorts by codes
+    asks first (one pass in C)."""
+    return values.dtype != object or pd.api.types.infer_dtype(values) not in _UNSORTABLE
 
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:

@@ -32,7 +32,6 @@ running it on a sample value of the input type.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ import pyarrow as pa
 from headwater.model import arrow_values
 from headwater.model import types as HT
 from headwater.model.arrays import distinct_sorted
+from headwater.model.lists import empty_lists, split_list
 from headwater.model.types import DataType
 
 Acc = dict[str, np.ndarray]
@@ -56,18 +56,13 @@ def object_array(items) -> np.ndarray:
     return out
 
 
-def _empty_lists(n: int) -> np.ndarray:
-    """``n`` new empty lists, as an object array (built in C: no Python frame per list)."""
-    return np.fromiter(map(list, itertools.repeat((), n)), dtype=object, count=n)
-
-
 def _with_empty_lists(out: np.ndarray, owners: np.ndarray) -> np.ndarray:
     """``out`` with a new empty list in each place that ``owners`` (distinct) does not
     name: only those lists are made."""
     if len(owners) < len(out):
         absent = np.ones(len(out), dtype=bool)
         absent[owners] = False
-        out[absent] = _empty_lists(int(absent.sum()))
+        out[absent] = empty_lists(int(absent.sum()))
     return out
 
 
@@ -504,7 +499,7 @@ class ToList(CombineFn):
         return HT.list_of(input_type)
 
     def create(self, n):
-        return {"values": _empty_lists(n)}
+        return {"values": empty_lists(n)}
 
     def add(self, values, groups, n):
         """Each group's values as one list: slices of one list in sorted order, no
@@ -514,11 +509,7 @@ class ToList(CombineFn):
             return self.create(n)
         order, owners, cuts = _runs(groups)
         flat = np.asarray(values, dtype=object)[order].tolist()
-        bounds = np.r_[cuts, len(flat)].tolist()
-        # slices of ``flat``, made and taken in C (map over builtins): no Python frame
-        # per group
-        runs = map(slice, bounds[:-1], bounds[1:])
-        chunks = np.fromiter(map(flat.__getitem__, runs), dtype=object, count=len(cuts))
+        chunks = split_list(flat, np.diff(np.r_[cuts, len(flat)]))
         if len(owners) == n:  # every group has values: owners are 0..n-1
             return {"values": chunks}
         out = np.empty(n, dtype=object)
@@ -530,7 +521,7 @@ class ToList(CombineFn):
         rank of a list within its group (two for the reducer's current + new)."""
         groups = np.asarray(groups)
         if not len(groups):
-            return {"values": _empty_lists(n)}
+            return {"values": empty_lists(n)}
         order, owners, cuts = _runs(groups)
         out = _with_empty_lists(np.empty(n, dtype=object), owners)  # owners' lists: below
         sizes = np.diff(np.r_[cuts, len(groups)])

@@ -17,17 +17,15 @@ it, and the rows kept stay in their order.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["TopRows"]
+from headwater.model.arrays import sorts_together
+from headwater.model.lists import flat_lists, split_list
 
-#: What ``pandas.api.types.infer_dtype`` calls values of types that do not compare
-#: with each other (numbers and text): the order of such a column is not known.
-_UNORDERED = frozenset({"mixed", "mixed-integer"})
+__all__ = ["TopRows"]
 
 
 @dataclass(frozen=True)
@@ -39,26 +37,25 @@ class TopRows:
     n: int
     order: tuple[tuple[str, bool], ...]
 
+    def over(self, lists: np.ndarray) -> np.ndarray:
+        """The places of the groups of more than ``n`` rows (``lists``: one column's
+        list per group), the only ones that can lose rows."""
+        return np.flatnonzero(np.fromiter(map(len, lists), np.int64, count=len(lists)) > self.n)
+
     def pruned(self, lists: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The groups that lose rows (their places in ``lists``: each column's list per
-        group, every column of the rows) and each column's lists of what they keep.
-        Only groups of more than ``n`` rows are looked at."""
+        group, every column of the rows) and each column's lists of what they keep."""
         sizes = np.fromiter(map(len, lists[self.order[0][0]]), np.int64)
-        big = np.flatnonzero(sizes > self.n)
-        none = (big[:0], {})
-        if not len(big):
-            return none
-        sizes = sizes[big]
-        group = np.repeat(np.arange(len(big)), sizes)
-        kept = self.kept({c: lists[c][big] for c, _ in self.order}, group)
+        group = np.repeat(np.arange(len(sizes)), sizes)
+        kept = self.kept({c: lists[c] for c, _ in self.order}, group)
         if kept is None:
-            return none
-        left = np.bincount(group[kept], minlength=len(big))
+            return np.zeros(0, dtype=np.int64), {}
+        left = np.bincount(group[kept], minlength=len(sizes))
         lost = left < sizes
-        rows = lost[group]
-        take, left = kept[rows], left[lost]
-        out = {name: split(flat(lists[name][big[lost]])[take].tolist(), left) for name in lists}
-        return big[lost], out
+        take, left = kept[lost[group]], left[lost]
+        kept_of = {name: flat_lists(lists[name][lost])[take].tolist() for name in lists}
+        out = {name: split_list(values, left) for name, values in kept_of.items()}
+        return np.flatnonzero(lost), out
 
     def kept(self, lists: dict[str, np.ndarray], group: np.ndarray) -> np.ndarray | None:
         """Over the groups' rows one after another (``lists``: each order column's
@@ -66,8 +63,8 @@ class TopRows:
         values do not sort (all kept)."""
         keys, known = [], np.ones(len(group), dtype=bool)
         for column, descending in self.order:
-            values = flat(lists[column])
-            if pd.api.types.infer_dtype(values, skipna=True) in _UNORDERED:
+            values = flat_lists(lists[column])
+            if not sorts_together(values):
                 return None
             try:
                 codes, _ = pd.factorize(values, sort=True)
@@ -95,17 +92,3 @@ class TopRows:
         keep = ~known  # a NULL in an order column: kept
         keep[order[tie_start - group_start < self.n]] = True
         return keep
-
-
-def flat(lists: np.ndarray) -> np.ndarray:
-    """The values of an object array of lists, one after another (one pass in C)."""
-    total = sum(map(len, lists))
-    return np.fromiter(itertools.chain.from_iterable(lists), dtype=object, count=total)
-
-
-def split(values: list, sizes: np.ndarray) -> np.ndarray:
-    """``values`` cut into consecutive lists of ``sizes``, as an object array (the
-    slices made and taken in C)."""
-    bounds = np.r_[0, np.cumsum(sizes)].tolist()
-    runs = map(slice, bounds[:-1], bounds[1:])
-    return np.fromiter(map(values.__getitem__, runs), dtype=object, count=len(sizes))

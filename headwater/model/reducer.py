@@ -393,8 +393,13 @@ class Reducer:
             self._prune(rows)
 
     def _prune(self, rows: np.ndarray) -> None:
-        """Drop the rows of the windows at ``rows`` that :attr:`keep` does not keep."""
+        """Drop the rows of the windows at ``rows`` that :attr:`keep` does not keep:
+        only windows of more than ``n`` rows have their columns read."""
         table = self._table
+        first = table.accumulators(self.keep.order[0][0], rows)["values"]
+        rows = rows[self.keep.over(first)]
+        if not len(rows):
+            return
         lists = {name: table.accumulators(name, rows)["values"] for name in self.aggregations}
         at, kept = self.keep.pruned(lists)
         for name, values in kept.items():

@@ -229,15 +229,16 @@ class SqlQuery:
         for t in plan.tables:
             lines.append(f"  table {t.name}: bounded")
         if plan.is_stream:
+            path = describe_path(plan)
+            general = None if path.startswith("fast") else compile_sql(plan, fast=False)
             lines.append(f"  event-time groups: {plan.window_fn!r}, keys {list(plan.keys)}")
-            lines.append(f"  maintenance: {describe_maintenance(plan)}{_kept_rows(plan)}")
+            lines.append(f"  maintenance: {describe_maintenance(plan)}{_kept_text(plan, general)}")
             lines += [f"  {note}" for note in self.stage_notes()]
             lines.append(f"  {plan.emit.describe()}: trigger {plan.emit.trigger()!r}")
             lines.append(f"  allowed lateness: {plan.allowed_lateness} ms")
-            path = describe_path(plan)
             lines.append(f"  runs on: {path}")
-            if not path.startswith("fast"):
-                lines.append(f"  general path evaluation: {_describe_batch(plan)}")
+            if general is not None:
+                lines.append(f"  general path evaluation: {_describe_batch(plan, general)}")
             lines.append(f"  on Spark streams: {_describe_spark_path(plan)}")
         return "\n".join(lines)
 
@@ -258,10 +259,10 @@ def changelog_batches(log: pd.DataFrame, sink: Any) -> list[Any]:
     return [log.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(bounds)]
 
 
-def _kept_rows(plan: QueryPlan) -> str:
-    """What a deduplication's or Top-N's keys keep on the general path (their first
-    rows: :mod:`headwater.sql.plan.top_rows`), or nothing."""
-    compiled = compile_sql(plan, fast=False)
+def _kept_text(plan: QueryPlan, compiled: Any) -> str:
+    """What a deduplication's or Top-N's keys keep on the general path (``compiled``,
+    None on the fast path): their first rows (:mod:`headwater.sql.plan.top_rows`),
+    or nothing."""
     first = first_rows(plan)
     if not isinstance(compiled, SqlPlan) or compiled.keep is None or first is None:
         return ""
@@ -272,11 +273,10 @@ def _kept_rows(plan: QueryPlan) -> str:
     )
 
 
-def _describe_batch(plan: QueryPlan) -> str:
-    """Whether the general path evaluates a step's fired groups by one query, and
-    why not (:mod:`headwater.sql.maintain.batch`); for a query whose operators
-    take each row on its own, whether it runs stateless, and why not."""
-    compiled = compile_sql(plan, fast=False)
+def _describe_batch(plan: QueryPlan, compiled: Any) -> str:
+    """Whether the general path (``compiled``) evaluates a step's fired groups by one
+    query, and why not (:mod:`headwater.sql.maintain.batch`); for a query whose
+    operators take each row on its own, whether it runs stateless, and why not."""
     batch = compiled.maintainer.batch if isinstance(compiled, SqlPlan) else None
     stateless = each_row_why_not(compiled) if isinstance(compiled, SqlPlan) else "no"
     if stateless is None:

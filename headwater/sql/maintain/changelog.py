@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headwater.model.arrays import distinct_sorted
+from headwater.model.arrays import distinct_sorted, sorts_together
 from headwater.model.combiners import occurrences
 
 #: Columns of a changelog after the query's own columns.
@@ -144,30 +144,15 @@ def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.D
     codes = []
     for c in keys:
         values = frame[c].to_numpy()[tied]
-        if values.dtype == object and pd.api.types.infer_dtype(values) in _UNSORTABLE:
+        if not sorts_together(values):
             return None
         try:
-            codes.append(_narrow(_value_codes(values)))
+            codes.append(_narrow(_sort_codes(values)))
         except TypeError:
             return None
     places = np.arange(len(frame))
     places[tied] = tied[np.lexsort(codes[::-1])]  # stable, as sort_values(kind="stable")
     return frame.iloc[places].reset_index(drop=True)
-
-
-#: What ``infer_dtype`` calls values of types that do not sort together (numbers
-#: and text): ``sort_values`` raises on them.
-_UNSORTABLE = frozenset({"mixed", "mixed-integer"})
-
-
-def _value_codes(values: np.ndarray) -> np.ndarray:
-    """int64 codes that sort as ``sort_values(na_position="last")`` sorts
-    ``values``: integers and booleans as they are; anything else (text, floats,
-    times with NaT) by its rank among the distinct values, NULLs after them."""
-    if values.dtype.kind in "iub":
-        return values.astype(np.int64, copy=False)
-    codes, uniques = pd.factorize(values, sort=True)
-    return np.where(codes < 0, len(uniques), codes).astype(np.int64, copy=False)
 
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
@@ -195,10 +180,10 @@ def _integral(frame: pd.DataFrame, columns: list[str]) -> list[np.ndarray] | Non
 
 def _sort_codes(values: np.ndarray) -> np.ndarray:
     """int64 codes that sort as ``values`` do (nulls last, as ``sort_values``'
-    ``na_position="last"``): the values themselves when integral, else the ranks
-    of the distinct values (one hash pass and a sort of the distinct values only,
-    not a sort of every row's text)."""
-    if values.dtype.kind in _INTEGRAL:
+    ``na_position="last"``): integers and booleans themselves, else the ranks of
+    the distinct values (one hash pass and a sort of the distinct values only, not
+    a sort of every row's text; times so too, their NaT last)."""
+    if values.dtype.kind in "iub":
         return values.astype(np.int64, copy=False)
     codes, uniques = pd.factorize(values, sort=True)
     return np.where(codes < 0, len(uniques), codes).astype(np.int64, copy=False)

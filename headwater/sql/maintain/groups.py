@@ -16,7 +16,6 @@ still holds.
 
 from __future__ import annotations
 
-import itertools
 import pickle
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from headwater.model.lists import flat_lists
 from headwater.model.schema import Field
 from headwater.model.time import GLOBAL_WINDOW_END, MIN_TIMESTAMP
 from headwater.model.types import BOOLEAN, FLOAT64, INT64, STRING, DecimalType, of_arrow
@@ -130,12 +130,6 @@ def logical_type(t) -> object:
     decimals reach pandas as floats."""
     logical = of_arrow(t)
     return FLOAT64 if isinstance(logical, DecimalType) else logical
-
-
-def _flat(cells: pd.Series) -> np.ndarray:
-    """The values of list cells, one after another (one pass in C)."""
-    total = int(cells.map(len).sum()) if len(cells) else 0
-    return np.fromiter(itertools.chain.from_iterable(cells), dtype=object, count=total)
 
 
 class GroupMaintainer:
@@ -322,7 +316,7 @@ class GroupMaintainer:
             np.cumsum(lengths) - lengths, lengths
         )
         fresh = position >= seen[gid]
-        source = _flat(panes[SOURCE]).astype(np.int64)
+        source = flat_lists(panes[SOURCE]).astype(np.int64)
         rows, tags = [], []
         for i in range(n):
             taken = (source < i) | ((source == i) & fresh) | ((source > i) & ~fresh)
@@ -335,7 +329,7 @@ class GroupMaintainer:
         picked, tag = np.concatenate(rows), np.concatenate(tags)
         if not len(picked):
             return pd.DataFrame(columns=[*GROUP_COLUMNS, *self.columns])
-        flat = {u: _flat(panes[u])[picked] for s in self.streams for u in s.union}
+        flat = {u: flat_lists(panes[u])[picked] for s in self.streams for u in s.union}
         starts = np.tile(fired["__gs"].to_numpy(np.int64), n)
         ends = np.tile(fired["__ge"].to_numpy(np.int64), n)
         out, at = self._tagged(self.batch.text, flat, source[picked], tag, (starts, ends))
@@ -357,8 +351,8 @@ class GroupMaintainer:
         with their group's position in ``panes`` (``__gid``)."""
         lengths = panes[SOURCE].map(len).to_numpy(np.int64)
         gid = np.repeat(np.arange(len(panes), dtype=np.int64), lengths)
-        source = _flat(panes[SOURCE]).astype(np.int64)
-        flat = {u: _flat(panes[u]) for s in self.streams for u in s.union}
+        source = flat_lists(panes[SOURCE]).astype(np.int64)
+        flat = {u: flat_lists(panes[u]) for s in self.streams for u in s.union}
         starts, ends = fired["__gs"].to_numpy(np.int64), fired["__ge"].to_numpy(np.int64)
         out, at = self._tagged(batch.text, flat, source, gid, (starts, ends))
         return pd.concat([fired.iloc[at].reset_index(drop=True), out], axis=1)
