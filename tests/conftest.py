@@ -18,6 +18,7 @@ import pytest
 
 from headwater.io.kafka import cached_spark_jars
 from headwater.io.sinks.delta import DELTA_SPARK_CONF, cached_delta_jars
+from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF
 
 # Spark's Python workers must run the interpreter running the tests (the venv's),
 # whatever `python3` on PATH is. Set before any SparkSession starts.
@@ -43,6 +44,7 @@ SPARK_TEST_CONF: dict[str, str] = {
     # Streaming tests run many tiny queries; do not keep idle-state maintenance busy.
     "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
     "spark.sql.streaming.minBatchesToRetain": "10",
+    **LOCAL_CHECKPOINT_CONF,
 }
 
 

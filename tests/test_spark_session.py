@@ -25,6 +25,7 @@ import headwater as hw
 from headwater.io.arrival import in_arrival_order
 from headwater.runners.spark.isolated import run_isolated
 from headwater.runners.spark.session import (
+    LOCAL_CHECKPOINT_CONF,
     PARTITIONS_CONF,
     PROVIDER_CONF,
     default_shards,
@@ -55,13 +56,19 @@ def _files(directory: Path) -> list[pd.DataFrame]:
     return frames
 
 
+#: The setting of the checkpoint manager in the sessions headwater makes.
+(MANAGER_CONF,) = LOCAL_CHECKPOINT_CONF
+
+
 @pytest.fixture
 def user_session(spark):
     """The shared session with a user's defaults: 200 shuffle partitions, no state
-    store provider set (restored afterwards)."""
-    saved = {key: spark.conf.get(key, None) for key in (PARTITIONS_CONF, PROVIDER_CONF)}
+    store provider and Spark's own checkpoint manager (restored afterwards)."""
+    touched = (PARTITIONS_CONF, PROVIDER_CONF, MANAGER_CONF)
+    saved = {key: spark.conf.get(key, None) for key in touched}
     spark.conf.set(PARTITIONS_CONF, "200")
     spark.conf.unset(PROVIDER_CONF)
+    spark.conf.unset(MANAGER_CONF)
     try:
         yield spark
     finally:
@@ -107,6 +114,62 @@ def test_a_default_session_runs_with_one_partition_per_shard(user_session, tmp_p
     assert len(closed) == 2
     bounded = frames[0].groupby("team").score.sum()
     assert dict(zip(closed.team, closed.total, strict=True)) == bounded.to_dict()
+
+
+def _team_totals(spark, source: Path, checkpoint: Path, last: bool = True) -> pd.DataFrame:
+    """The panes of one ``availableNow`` run of team totals per minute over the files
+    in ``source`` not yet read (one per micro-batch), from ``checkpoint``; a run not
+    ``last`` leaves the input open for the next."""
+    stream = (
+        spark.readStream.schema("team string, score long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+    )
+    pipeline = (
+        hw.from_spark(stream, event_time="ts", watermark="10 seconds")
+        .window(hw.FixedWindows("1 minute"))
+        .group_by("team")
+        .agg(total=hw.sum("score"))
+    )
+    got: list[pd.DataFrame] = [pd.DataFrame()]
+    query = pipeline.start(
+        checkpoint_location=str(checkpoint),
+        panes_sink=lambda batch, _: got.append(batch.toPandas()),
+        trigger={"availableNow": True},
+        end_of_input=last,
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    return pd.concat(got, ignore_index=True)
+
+
+def test_a_checkpoint_restarts_under_the_other_checkpoint_manager(user_session, tmp_path):
+    """A query checkpointed by Spark's own manager (a user's session) restarts under
+    the one headwater's sessions set (LOCAL_CHECKPOINT_CONF), and its panes are the
+    uninterrupted run's: both managers write the same files."""
+    spark = user_session
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    whole.mkdir()
+    split.mkdir()
+    _files(whole)
+    for name in ("0.json", "1.json"):
+        shutil.copy2(whole / name, split / name)
+    uninterrupted = _team_totals(spark, whole, tmp_path / "checkpoint-whole")
+
+    first = _team_totals(spark, split, tmp_path / "checkpoint-split", last=False)
+    shutil.copy2(whole / "2.json", split / "2.json")
+    spark.conf.set(MANAGER_CONF, LOCAL_CHECKPOINT_CONF[MANAGER_CONF])
+    restarted = _team_totals(spark, split, tmp_path / "checkpoint-split")
+
+    columns = ["window_start", "window_end", "team", "total", "pane_index", "timing"]
+    assert not first.empty and not restarted.empty
+    both = pd.concat([first, restarted], ignore_index=True)[columns]
+    expected = uninterrupted[columns]
+    assert (
+        both.sort_values(columns)
+        .reset_index(drop=True)
+        .equals(expected.sort_values(columns).reset_index(drop=True))
+    )
 
 
 _REFUSED = """

@@ -61,6 +61,7 @@ import pyarrow.parquet as pq
 from headwater.bench import HelpFormatter
 from headwater.bench.cputime import tree_cpu_seconds
 from headwater.io.arrival import in_arrival_order
+from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
@@ -220,6 +221,7 @@ def bench_session(
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
             changelog
         ).lower(),
+        **LOCAL_CHECKPOINT_CONF,
         **(extra or {}),
     }
     builder = SparkSession.builder

@@ -26,6 +26,7 @@ import pandas as pd
 
 import headwater as hw
 from headwater.io.replay import read_replay, write_timeline
+from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF
 
 TEAMS = ("blue", "red", "green")
 STEP_SECONDS = 10
@@ -87,6 +88,7 @@ def spark_session():
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
+        .config(map=LOCAL_CHECKPOINT_CONF)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

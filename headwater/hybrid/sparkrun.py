@@ -47,7 +47,11 @@ from headwater.model.slack import SlackStrategy, SlackTrace
 from headwater.model.time import MAX_TIMESTAMP
 from headwater.runners.spark import batch as B
 from headwater.runners.spark import streaming as S
-from headwater.runners.spark.session import ROCKSDB_PROVIDER, starting_query
+from headwater.runners.spark.session import (
+    LOCAL_CHECKPOINT_CONF,
+    ROCKSDB_PROVIDER,
+    starting_query,
+)
 from headwater.runners.spark.types import of_spark
 
 
@@ -317,6 +321,7 @@ def _session_conf(master: str, work: Path) -> dict[str, str]:
         "spark.local.dir": str(work / "local"),
         "spark.sql.warehouse.dir": str(work / "warehouse"),
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={work / 'derby'}",
+        **LOCAL_CHECKPOINT_CONF,
     }
 
 

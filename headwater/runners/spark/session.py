@@ -34,6 +34,20 @@ from collections.abc import Iterator
 from typing import Any
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: Settings of the local sessions headwater makes (its CLI's, the demo's, the hybrid
+#: runs', the tests'): checkpoints written through Hadoop's ``FileSystem`` API.
+#: Spark's default manager renames each checkpoint file through ``FileContext``,
+#: which on the local file system starts a ``readlink`` process for each path of
+#: each rename (Hadoop's ``FileUtil.readLink``): on tiny micro-batches, most of the
+#: processes a query starts. ``FileSystem.rename`` on a local disk is one atomic
+#: rename(2), and both managers write the same files, so a checkpoint moves
+#: between sessions with and without it (docs/spark.md).
+LOCAL_CHECKPOINT_CONF: dict[str, str] = {
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+}
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 

@@ -26,8 +26,7 @@ from headwater.model.reducer import Aggregations, Emission
 from headwater.model.schema import PANE_COLUMNS, WINDOW_COLUMNS
 from headwater.model.steps import Bundle, ClockAdvance, MicroBatch, Step, WatermarkAdvance
 from headwater.model.strategy import WindowingStrategy
-
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF, ROCKSDB_PROVIDER
 
 #: Configuration of the session ``run_timeline`` creates when none is active.
 LOCAL_CONF: dict[str, str] = {
@@ -48,6 +47,7 @@ LOCAL_CONF: dict[str, str] = {
     # and a JVM out of heap exits: the state server's thread died, and the query then
     # waited on its socket for ever (Spark itself exits on a task thread's OOM)
     "spark.driver.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
+    **LOCAL_CHECKPOINT_CONF,
 }
 
 
