@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pyspark.sql.streaming import StreamingQuery
 
 import headwater as hw
 from headwater.io.arrival import in_arrival_order
@@ -75,51 +76,12 @@ def user_session(spark):
         restore_conf(spark, saved)
 
 
-def test_a_default_session_runs_with_one_partition_per_shard(user_session, tmp_path):
-    spark = user_session
-    source = tmp_path / "in"
-    source.mkdir()
-    frames = _files(source)
-    stream = (
-        spark.readStream.schema("team string, score long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-    )
-    pipeline = (
-        hw.from_spark(stream, event_time="ts", watermark="10 seconds")
-        .window(hw.FixedWindows("1 minute"))
-        .group_by("team")
-        .agg(total=hw.sum("score"))
-    )
-    got: list[pd.DataFrame] = []
-    query = pipeline.start(
-        checkpoint_location=str(tmp_path / "checkpoint"),
-        panes_sink=lambda batch, _: got.append(batch.toPandas()),
-        trigger={"availableNow": True},
-    )
-    query.awaitTermination(180)
-    assert query.exception() is None
-
-    shards = default_shards(spark)
-    assert shards <= spark.sparkContext.defaultParallelism < 200
-    operators = [op for p in query.recentProgress for op in p["stateOperators"]]
-    assert operators and {op["numShufflePartitions"] for op in operators} == {shards}
-    # ... set for the query only: the session keeps the user's settings
-    assert spark.conf.get(PARTITIONS_CONF) == "200"
-    assert spark.conf.get(PROVIDER_CONF, None) is None
-
-    # The windows the watermark closed are the bounded answer over the rows.
-    panes = pd.concat(got, ignore_index=True)
-    closed = panes[panes.window_end <= T0 + pd.Timedelta(minutes=2)]
-    assert len(closed) == 2
-    bounded = frames[0].groupby("team").score.sum()
-    assert dict(zip(closed.team, closed.total, strict=True)) == bounded.to_dict()
-
-
-def _team_totals(spark, source: Path, checkpoint: Path, last: bool = True) -> pd.DataFrame:
-    """The panes of one ``availableNow`` run of team totals per minute over the files
-    in ``source`` not yet read (one per micro-batch), from ``checkpoint``; a run not
-    ``last`` leaves the input open for the next."""
+def _team_totals(
+    spark, source: Path, checkpoint: Path, last: bool = True
+) -> tuple[pd.DataFrame, StreamingQuery]:
+    """The panes and the query of one ``availableNow`` run of team totals per minute
+    over the files in ``source`` not yet read (one per micro-batch), from
+    ``checkpoint``; a run not ``last`` leaves the input open for the next."""
     stream = (
         spark.readStream.schema("team string, score long, ts timestamp")
         .option("maxFilesPerTrigger", 1)
@@ -140,7 +102,29 @@ def _team_totals(spark, source: Path, checkpoint: Path, last: bool = True) -> pd
     )
     query.awaitTermination(180)
     assert query.exception() is None
-    return pd.concat(got, ignore_index=True)
+    return pd.concat(got, ignore_index=True), query
+
+
+def test_a_default_session_runs_with_one_partition_per_shard(user_session, tmp_path):
+    spark = user_session
+    source = tmp_path / "in"
+    source.mkdir()
+    frames = _files(source)
+    panes, query = _team_totals(spark, source, tmp_path / "checkpoint")
+
+    shards = default_shards(spark)
+    assert shards <= spark.sparkContext.defaultParallelism < 200
+    operators = [op for p in query.recentProgress for op in p["stateOperators"]]
+    assert operators and {op["numShufflePartitions"] for op in operators} == {shards}
+    # ... set for the query only: the session keeps the user's settings
+    assert spark.conf.get(PARTITIONS_CONF) == "200"
+    assert spark.conf.get(PROVIDER_CONF, None) is None
+
+    # The windows the watermark closed are the bounded answer over the rows.
+    closed = panes[panes.window_end <= T0 + pd.Timedelta(minutes=2)]
+    assert len(closed) == 2
+    bounded = frames[0].groupby("team").score.sum()
+    assert dict(zip(closed.team, closed.total, strict=True)) == bounded.to_dict()
 
 
 def test_a_checkpoint_restarts_under_the_other_checkpoint_manager(user_session, tmp_path):
@@ -154,12 +138,12 @@ def test_a_checkpoint_restarts_under_the_other_checkpoint_manager(user_session, 
     _files(whole)
     for name in ("0.json", "1.json"):
         shutil.copy2(whole / name, split / name)
-    uninterrupted = _team_totals(spark, whole, tmp_path / "checkpoint-whole")
+    uninterrupted, _ = _team_totals(spark, whole, tmp_path / "checkpoint-whole")
 
-    first = _team_totals(spark, split, tmp_path / "checkpoint-split", last=False)
+    first, _ = _team_totals(spark, split, tmp_path / "checkpoint-split", last=False)
     shutil.copy2(whole / "2.json", split / "2.json")
     spark.conf.set(MANAGER_CONF, LOCAL_CHECKPOINT_CONF[MANAGER_CONF])
-    restarted = _team_totals(spark, split, tmp_path / "checkpoint-split")
+    restarted, _ = _team_totals(spark, split, tmp_path / "checkpoint-split")
 
     columns = ["window_start", "window_end", "team", "total", "pane_index", "timing"]
     assert not first.empty and not restarted.empty
