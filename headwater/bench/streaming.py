@@ -61,9 +61,8 @@ import pyarrow.parquet as pq
 from headwater.bench import HelpFormatter
 from headwater.bench.cputime import tree_cpu_seconds
 from headwater.io.arrival import in_arrival_order
-from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF
+from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF, ROCKSDB_PROVIDER
 
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BASE_MS = 1_700_000_000_000  # event times start here (2023-11-14)
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 import headwater as hw
 from headwater.io.replay import read_replay, write_timeline
-from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF
+from headwater.runners.spark.session import LOCAL_CHECKPOINT_CONF, ROCKSDB_PROVIDER
 
 TEAMS = ("blue", "red", "green")
 STEP_SECONDS = 10
@@ -84,10 +84,7 @@ def spark_session():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config(map=LOCAL_CHECKPOINT_CONF)
         .getOrCreate()
     )

@@ -35,7 +35,8 @@ from typing import Any
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Settings of the local sessions headwater makes (its CLI's, the demo's, the hybrid
-#: runs', the tests'): checkpoints written through Hadoop's ``FileSystem`` API.
+#: runs', the benchmarks', the tests'): checkpoints written through Hadoop's
+#: ``FileSystem`` API.
 #: Spark's default manager renames each checkpoint file through ``FileContext``,
 #: which on the local file system starts a ``readlink`` process for each path of
 #: each rename (Hadoop's ``FileUtil.readLink``): on tiny micro-batches, most of the
