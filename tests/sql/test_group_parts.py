@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headwater.sql.maintain.aggregate_state import AT, GroupParts, group_arrays
-from headwater.sql.maintain.changelog import group_hashes
+from headwater.sql.maintain.group_parts import AT, GroupParts, group_arrays, group_hashes
 
 GROUP = ["__gk", "__gs", "__ge"]
 

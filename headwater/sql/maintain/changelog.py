@@ -18,52 +18,21 @@ import pandas as pd
 
 from headwater.model.arrays import distinct_sorted, sorts_together
 from headwater.model.combiners import occurrences
+from headwater.sql.maintain.group_parts import (
+    GroupParts,
+    combine_hash,
+    group_arrays,
+    group_hashes,
+    mix64,
+)
 
 #: Columns of a changelog after the query's own columns.
 CHANGE_COLUMNS = ("undo", "ptime", "ver")
 #: Columns that name an event-time group (the model's key and window).
 GROUP_COLUMNS = ("__gk", "__gs", "__ge")
 _SEQ = "__hw_seq"
-
-
-class _Chunk:
-    """Rows of :attr:`Materializer.last` added together, those still live, and
-    their groups' hashes (computed when first needed)."""
-
-    __slots__ = ("frame", "hashes", "live")
-
-    def __init__(self, frame: pd.DataFrame, hashes: np.ndarray | None = None) -> None:
-        self.frame, self.hashes, self.live = frame, hashes, None
-
-    def hashed(self) -> np.ndarray:
-        if self.hashes is None:
-            self.hashes = group_hashes(self.frame)
-        return self.hashes
-
-    def kill(self, gone: np.ndarray) -> None:
-        """Mark the rows where ``gone`` replaced or withdrawn."""
-        self.live = ~gone if self.live is None else self.live & ~gone
-
-    def size(self) -> int:
-        return len(self.frame) if self.live is None else int(self.live.sum())
-
-    def rows(self) -> tuple[pd.DataFrame, np.ndarray | None]:
-        """The live rows and their hashes (None if not computed)."""
-        if self.live is None:
-            return self.frame, self.hashes
-        hashes = None if self.hashes is None else self.hashes[self.live]
-        return self.frame[self.live], hashes
-
-
-def _joined(chunks: list[_Chunk]) -> _Chunk:
-    """One chunk of the live rows of ``chunks``, in their order."""
-    if len(chunks) == 1 and chunks[0].live is None:
-        return chunks[0]
-    parts = [c.rows() for c in chunks]
-    parts = [p for p in parts if len(p[0])] or parts[-1:]  # empty frames type nothing
-    frame = pd.concat([f for f, _ in parts], ignore_index=True)
-    known = all(h is not None for _, h in parts)
-    return _Chunk(frame, np.concatenate([h for _, h in parts]) if known else None)
+#: A changelog's group hashes (:func:`group_hashes`), while a step computes it.
+_GROUP_HASH = "__hw_group_hash"
 
 
 def _numbered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -71,19 +40,6 @@ def _numbered(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     out = frame.copy()
     out[_SEQ] = out.groupby(columns, dropna=False, sort=False).cumcount()
     return out
-
-
-def group_hashes(frame: pd.DataFrame) -> np.ndarray:
-    """A 64-bit hash of each row's group (``GROUP_COLUMNS``): equal groups, equal
-    hashes, so a membership test need compare only the rows whose hash matches."""
-    group = pd.DataFrame(
-        {
-            "k": frame["__gk"].to_numpy(object),
-            "s": frame["__gs"].to_numpy(np.int64),
-            "e": frame["__ge"].to_numpy(np.int64),
-        }
-    )
-    return pd.util.hash_pandas_object(group, index=False).to_numpy(np.uint64)
 
 
 def _same_groups(a: pd.DataFrame, ia: np.ndarray, b: pd.DataFrame, ib: np.ndarray) -> np.ndarray:
@@ -94,37 +50,19 @@ def _same_groups(a: pd.DataFrame, ia: np.ndarray, b: pd.DataFrame, ib: np.ndarra
     return out
 
 
-def _hashed_member(
-    hashes: np.ndarray, frame: pd.DataFrame, keys: pd.DataFrame, hashed=None
-) -> np.ndarray:
-    """:func:`member_of` of ``frame``'s groups (``hashes``: theirs) in ``keys``: each
-    row whose hash a key has is compared with that key; a hash two groups share
-    falls back to the exact test on those rows. ``hashed``: the keys' distinct
-    hashes and the first key of each, when known."""
-    hit = np.zeros(len(frame), dtype=bool)
-    if not len(frame) or not len(keys):
-        return hit
-    unique, first = hashed or np.unique(group_hashes(keys), return_index=True)
-    pos = np.minimum(np.searchsorted(unique, hashes), len(unique) - 1)
-    maybe = unique[pos] == hashes
-    candidates = np.flatnonzero(maybe)
-    if _same_groups(frame, candidates, keys, first[pos[candidates]]).all():
-        hit[candidates] = True
-    else:
-        hit[maybe] = member_of(frame[maybe], keys)
-    return hit
-
-
-def _sorted_change(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
+def _sorted_change(
+    old: pd.DataFrame, new: pd.DataFrame, keys: list[str], groups: list[str]
+) -> pd.DataFrame | None:
     """``old``'s rows withdrawn, then ``new``'s added, each in the order the outer
-    merge of the two gives the rows of one group (by ``keys``, nulls last); None
-    when their types differ or their values do not sort (the merge decides then)."""
+    merge of the two gives the rows of one group (``groups``: columns equal in a
+    group's rows) by ``keys``, nulls last; None when their types differ or their
+    values do not sort (the merge decides then)."""
     if not (old[keys].dtypes == new[keys].dtypes).all():
         return None
     parts = []
     for frame, undo in ((old, True), (new, False)):
         if len(frame):
-            ordered = value_ordered(frame, keys, list(GROUP_COLUMNS))
+            ordered = value_ordered(frame, keys, groups)
             if ordered is None:
                 return None
             parts.append(ordered.assign(undo=undo))
@@ -136,23 +74,43 @@ def value_ordered(frame: pd.DataFrame, keys: list[str], ties: list[str]) -> pd.D
     their ``keys`` (a stable sort, nulls last, as the merge sorts them), each in
     the place of one of them; the other rows where they are. Only the order among
     rows of one group shows in the changelog (:func:`in_order` sorts the groups),
-    so a step of one row per group sorts nothing. None when the values do not sort."""
+    so a step of one row per group sorts nothing, and the ``ties`` columns, equal
+    within a tie, are not sorted by. None when the values do not sort."""
     frame = _plain(frame)
     tied = _tied(frame, ties)
     if not len(tied):
         return frame
-    codes = []
+    ranks = _value_ranks(frame, [c for c in keys if c not in ties], tied)
+    if ranks is None:
+        return None
+    places = np.arange(len(frame))
+    places[tied] = tied[np.argsort(ranks, kind="stable")]
+    return frame.iloc[places].reset_index(drop=True)
+
+
+def _value_ranks(frame: pd.DataFrame, keys: list[str], rows: np.ndarray) -> np.ndarray | None:
+    """Dense ranks of ``frame``'s ``rows`` in the order of their ``keys`` (nulls
+    last). Each column ranks only the rows the columns before it left tied: a text
+    column after one that tells the rows apart is never read. None when values
+    that must be compared do not sort."""
+    ranks = np.zeros(len(rows), dtype=np.int64)
     for c in keys:
-        values = frame[c].to_numpy()[tied]
+        shared = np.bincount(ranks)[ranks] > 1
+        if not shared.any():
+            break
+        values = frame[c].to_numpy()[rows[shared]]
         if not sorts_together(values):
             return None
+        codes = np.zeros(len(rows), dtype=np.int64)
         try:
-            codes.append(_narrow(_sort_codes(values)))
+            codes[shared] = _sort_codes(values)
         except TypeError:
             return None
-    places = np.arange(len(frame))
-    places[tied] = tied[np.lexsort(codes[::-1])]  # stable, as sort_values(kind="stable")
-    return frame.iloc[places].reset_index(drop=True)
+        order = np.lexsort((codes, ranks))
+        ranked, coded = ranks[order], codes[order]
+        step = (ranked[1:] != ranked[:-1]) | (coded[1:] != coded[:-1])
+        ranks[order] = np.r_[0, np.cumsum(step)]
+    return ranks
 
 
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
@@ -251,35 +209,72 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def row_difference(
-    old: pd.DataFrame, new: pd.DataFrame, keys: list[str]
+    old: pd.DataFrame, new: pd.DataFrame, keys: list[str], groups: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The rows of ``old`` not in ``new`` and of ``new`` not in ``old`` (multisets:
     the k-th of equal rows pairs with the k-th), as two boolean masks, by one hash
-    per row. ``None`` when the hashes cannot decide (unhashable values, or two
-    different rows with one hash): the caller then compares by value."""
+    per row (:func:`_row_hashes`; ``groups``: the group hashes of ``old``'s rows
+    then ``new``'s, when known). ``None`` when the hashes cannot decide
+    (unhashable values, or two different rows with one hash): the caller then
+    compares by value."""
     if not len(old) or not len(new):
         return np.ones(len(old), dtype=bool), np.ones(len(new), dtype=bool)
     both = pd.concat([old[keys], new[keys]], ignore_index=True)  # one dtype per column
+    n = len(old)
     try:
-        hashes = pd.util.hash_pandas_object(_canonical(both), index=False).to_numpy(np.uint64)
+        hashes, whole = _row_hashes(both, keys, n, groups)
     except TypeError:
         return None
-    n = len(old)
     seq = np.r_[occurrences(hashes[:n]), occurrences(hashes[n:])]
     new_index = pd.MultiIndex.from_arrays([hashes[n:], seq[n:]])
     at = new_index.get_indexer(pd.MultiIndex.from_arrays([hashes[:n], seq[:n]]))
-    matched = at >= 0
-    i, j = np.flatnonzero(matched), n + at[matched]
+    i = np.flatnonzero(at >= 0)
+    j = n + at[i]
+    equal = np.ones(len(i), dtype=bool)
     try:
         for c in keys:
             values = both[c].to_numpy()
-            if not _same(values[i], values[j]).all():
-                return None
+            equal &= _same(values[i], values[j])
     except (TypeError, ValueError):
         return None
+    if not equal[whole[i] | whole[j]].all():
+        return None  # two different rows with one hash of all their columns
+    matched = np.zeros(n, dtype=bool)
+    matched[i[equal]] = True
     kept = np.zeros(len(new), dtype=bool)
-    kept[at[matched]] = True
+    kept[at[i[equal]]] = True
     return ~matched, ~kept
+
+
+def _row_hashes(
+    both: pd.DataFrame, keys: list[str], n: int, groups: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A hash of each row of ``both`` (the first ``n`` rows one side, the others the
+    other) and where it covers every column. The group and the integral columns
+    are hashed as numbers first; the other columns (text, floats) only for the rows
+    whose hash another row of their side shares: elsewhere at most one row of each
+    side has the hash, and comparing the two tells whether they pair."""
+    numeric = [c for c in keys if isinstance(both[c].dtype, np.dtype)]
+    numeric = [c for c in numeric if both[c].dtype.kind in _INTEGRAL]
+    if groups is not None:
+        numeric = [c for c in numeric if c not in GROUP_COLUMNS]
+    rest = [c for c in keys if c not in numeric and (groups is None or c not in GROUP_COLUMNS)]
+    h = np.zeros(len(both), dtype=np.uint64) if groups is None else groups
+    for c in numeric:
+        h = combine_hash(h, both[c].to_numpy())
+    if not rest:
+        return h, np.ones(len(both), dtype=bool)
+    distinct, inverse = np.unique(h, return_inverse=True)
+    sides = (inverse[:n], inverse[n:])
+    shared = np.zeros(len(distinct), dtype=bool)
+    for side in sides:
+        shared |= np.bincount(side, minlength=len(distinct)) > 1
+    shared = shared[inverse]
+    if shared.any():
+        other = pd.util.hash_pandas_object(_canonical(both[rest][shared]), index=False)
+        h = h.copy()
+        h[shared] = mix64(h[shared] ^ other.to_numpy(np.uint64))
+    return h, shared
 
 
 class RowCounts:
@@ -350,10 +345,9 @@ class RowCounts:
 class Materializer:
     """The last materialized rows of every group, and the changelog of each firing.
 
-    Each row of :attr:`last` and :attr:`versions` keeps its group's hash
-    (:func:`group_hashes`), so that a step's work follows the groups that fired,
-    not every group kept. Rows only added (:meth:`added`) wait in chunks until
-    :attr:`last` is read, so that a step of inserts copies none of the rows kept.
+    The rows (:attr:`last`) and the groups' next versions (:attr:`versions`) are
+    kept in :class:`GroupParts`, so that a step's work follows the groups that
+    fired, not every group kept.
 
     :attr:`seen`: for a query whose groups only grow (its maintainer's
     ``append``), how many of each group's rows were evaluated (:class:`RowCounts`);
@@ -362,42 +356,31 @@ class Materializer:
     def __init__(self, columns: list[str]) -> None:
         self.columns = list(columns)
         self._keys = [*GROUP_COLUMNS, *self.columns]
-        #: the rows of :attr:`last`, in order (None: no results yet)
-        self._chunks: list[_Chunk] | None = None
-        self._versions = pd.DataFrame(
-            {
-                "__gk": pd.Series(dtype=object),
-                "__gs": pd.Series(dtype=np.int64),
-                "__ge": pd.Series(dtype=np.int64),
-                "ver": pd.Series(dtype=np.int64),
-            }
-        )
-        self._versions_hash: np.ndarray | None = None
+        #: the rows of :attr:`last` (None: no results yet)
+        self._rows: GroupParts | None = None
+        #: :attr:`last` with no rows, typed by the first results
+        self._typed: pd.DataFrame | None = None
+        self._versions = GroupParts()
         self.seen: RowCounts | None = None
 
     @property
     def last(self) -> pd.DataFrame | None:
         """The last materialized rows of every group (typed by the first results)."""
-        if self._chunks is None:
+        if self._rows is None:
             return None
-        self._chunks = [_joined(self._chunks)]
-        return self._chunks[0].frame
+        frame = self._rows.frame()
+        return self._typed if frame is None else frame
 
     @last.setter
     def last(self, frame: pd.DataFrame | None) -> None:
-        self._chunks = None if frame is None else [_Chunk(frame)]
+        self._rows = None if frame is None else GroupParts(frame.reset_index(drop=True))
+        self._typed = None if frame is None else frame.iloc[:0]
 
-    def _add_chunk(self, frame: pd.DataFrame, hashes: np.ndarray | None) -> None:
-        """Append rows to :attr:`last`: a chunk, joined with the chunks before it not
-        twice its size (so that there are few chunks and a row is copied about
-        log(n) times), and all of them joined once most rows are dead."""
-        chunks = self._chunks
-        chunks.append(_Chunk(frame, hashes))
-        while len(chunks) > 1 and chunks[-2].size() <= 2 * chunks[-1].size():
-            chunks[-2:] = [_joined(chunks[-2:])]
-        live = sum(c.size() for c in chunks)
-        if len(chunks) > 1 and 2 * live < sum(len(c.frame) for c in chunks):
-            self._chunks = [_joined(chunks)]
+    def _kept(self, typed: pd.DataFrame) -> GroupParts:
+        """The rows' parts, started (typed by ``typed``) at the first results."""
+        if self._rows is None:
+            self._rows, self._typed = GroupParts(), typed.iloc[:0]
+        return self._rows
 
     def seen_rows(self, fired: pd.DataFrame) -> np.ndarray | None:
         """How many rows of each group of ``fired`` were evaluated (0: none yet);
@@ -427,31 +410,28 @@ class Materializer:
             column = new[c]
             if column.dtype.kind == "f" and (column.to_numpy() == 0).any():
                 return None
-        change = _sorted_change(new.iloc[:0], new, self._keys) if len(new) else new
+        if not len(new):
+            self._kept(new)
+            return self._empty()
+        change = _sorted_change(new.iloc[:0], new, self._keys, list(GROUP_COLUMNS))
         if change is None:
             return None
-        if self._chunks is None:
-            self._chunks = [_Chunk(new.iloc[:0], np.zeros(0, dtype=np.uint64))]
-        if len(new):
-            self._add_chunk(new, None)
-        if not len(change):
-            return self._empty()
+        self._kept(new).add(new.reset_index(drop=True))
         change["ptime"] = ptime
         return self._versioned(change)
 
     @property
     def versions(self) -> pd.DataFrame:
         """The next ``ver`` of every group that has changed (``GROUP_COLUMNS`` + ver)."""
-        return self._versions
+        frame = self._versions.frame()
+        if frame is None:
+            columns = {"__gk": object, "__gs": np.int64, "__ge": np.int64, "ver": np.int64}
+            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+        return frame
 
     @versions.setter
     def versions(self, frame: pd.DataFrame) -> None:
-        self._versions, self._versions_hash = frame, None
-
-    def _hashes_of_versions(self) -> np.ndarray:
-        if self._versions_hash is None:
-            self._versions_hash = group_hashes(self._versions)
-        return self._versions_hash
+        self._versions = GroupParts(frame.reset_index(drop=True))
 
     def apply(self, fired: pd.DataFrame, results: pd.DataFrame, ptime: int) -> pd.DataFrame:
         """The changelog rows of one firing.
@@ -462,44 +442,37 @@ class Materializer:
         """
         if not len(fired):
             return self._empty()
-        group = list(GROUP_COLUMNS)
-        fired = fired[group].drop_duplicates()
-        new = results[self._keys]
-        if self._chunks is None:
-            self._chunks = [_Chunk(new.iloc[:0], np.zeros(0, dtype=np.uint64))]
-        change = self._change(self._replaced(fired), new)
-        self._add_chunk(new, group_hashes(new))
+        fired = fired[list(GROUP_COLUMNS)].drop_duplicates()
+        new = results[self._keys].reset_index(drop=True)
+        rows = self._kept(new)
+        hashes = group_hashes(new)
+        taken = rows.pop(group_arrays(fired), group_hashes(fired))
+        old, old_hashes = (self._typed, hashes[:0]) if taken is None else (taken[0], taken[2])
+        change = self._change(old[self._keys], old_hashes, new, hashes)
+        rows.add(new, hashes)
         if not len(change):
             return self._empty()
         change["ptime"] = ptime
         return self._versioned(change)
 
-    def _replaced(self, fired: pd.DataFrame) -> pd.DataFrame:
-        """The live rows of :attr:`last` of the groups of ``fired``, in order, which
-        are marked dead (the fired groups' new rows replace them)."""
-        hashed = np.unique(group_hashes(fired), return_index=True)
-        old = []
-        for chunk in self._chunks:
-            hit = _hashed_member(chunk.hashed(), chunk.frame, fired, hashed)
-            if chunk.live is not None:
-                hit &= chunk.live
-            if hit.any():
-                old.append(chunk.frame[hit])
-                chunk.kill(hit)
-        if not old:
-            return self._chunks[0].frame.iloc[:0]
-        return old[0] if len(old) == 1 else pd.concat(old, ignore_index=True)
-
-    def _change(self, old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    def _change(
+        self, old: pd.DataFrame, old_hashes: np.ndarray, new: pd.DataFrame, new_hashes: np.ndarray
+    ) -> pd.DataFrame:
         """The withdrawn rows of ``old`` and the added rows of ``new`` (``undo``), in
         the order of the merge that compares them by value. The rows both have are
-        set aside by their hashes first: the merge sees only the rows that change."""
-        gone = row_difference(old, new, self._keys)
+        set aside by their hashes first: the merge sees only the rows that change,
+        and the changed rows keep their group hashes (``_GROUP_HASH``) for
+        :meth:`_numbers`."""
+        gone = row_difference(old, new, self._keys, np.r_[old_hashes, new_hashes])
         if gone is not None:
             if not (gone[0].any() or gone[1].any()):
                 return pd.DataFrame(columns=[*self._keys, "undo"])
             old, new = old[gone[0]], new[gone[1]]
-            ordered = _sorted_change(old, new, self._keys)
+            hashed = (
+                old.assign(**{_GROUP_HASH: old_hashes[gone[0]]}),
+                new.assign(**{_GROUP_HASH: new_hashes[gone[1]]}),
+            )
+            ordered = _sorted_change(*hashed, self._keys, [_GROUP_HASH])
             if ordered is not None:
                 return ordered
         both = _numbered(old, self._keys).merge(
@@ -532,38 +505,28 @@ class Materializer:
         has collected them, so they never fire again."""
         if self.seen is not None:
             self.seen.expire(horizon)
-        for chunk in self._chunks or ():
-            ended = chunk.frame["__ge"].to_numpy(np.int64) <= horizon
-            if ended.any():
-                chunk.kill(ended)
-        if len(self._versions):
-            self._keep_versions(self._versions["__ge"].to_numpy(np.int64) > horizon)
-
-    def _keep_versions(self, live: np.ndarray) -> None:
-        """Keep the rows of :attr:`versions` where ``live`` (and their hashes)."""
-        if not live.all():
-            self._versions = self._versions[live]
-            if self._versions_hash is not None:
-                self._versions_hash = self._versions_hash[live]
+        if self._rows is not None:
+            self._rows.expire(horizon)
+        self._versions.expire(horizon)
 
     def forget(self, keys: np.ndarray, ptime: int) -> pd.DataFrame:
         """Withdraw the rows of the groups of ``keys`` at ``ptime`` and forget them
         (a state time-to-live). Their versions stay until :meth:`forget_versions`:
         a row of such a key in the same step continues its numbering, so that a
         consumer ordering by ``ptime, ver`` withdraws before it adds."""
-        if self.last is None or not len(keys):
+        if self._rows is None or not len(keys):
             return self._empty()
         self.seen = None  # a key started afresh: its rows counted from 0 again
-        gone = self.last["__gk"].isin(keys).to_numpy(bool)
-        change = self.last[gone].assign(undo=True, ptime=ptime)
-        self._chunks[0].kill(gone)
-        return self._versioned(change) if len(change) else self._empty()
+        gone = self._rows.pop_keys(keys)
+        if gone is None:
+            return self._empty()
+        return self._versioned(gone.assign(undo=True, ptime=ptime))
 
     def forget_versions(self, keys: np.ndarray) -> None:
         """Forget the version counters of the groups of ``keys``: a later row of such
         a key starts a fresh group, numbered from 0 again."""
         if len(keys):
-            self._keep_versions(~self._versions["__gk"].isin(keys).to_numpy(bool))
+            self._versions.pop_keys(keys)
 
     def _versioned(self, change: pd.DataFrame) -> pd.DataFrame:
         """Number the rows per group, continuing from the group's previous changes."""
@@ -576,62 +539,35 @@ class Materializer:
 
     def _numbers(self, change: pd.DataFrame) -> np.ndarray | None:
         """The ``ver`` of each row of ``change`` (in order), by one pass over the
-        group hashes, and the groups' next versions; None when two groups share
-        a hash (:meth:`_versioned_by_merge` numbers them then)."""
-        if not len(self._versions) and not len(_tied(change, list(GROUP_COLUMNS))):
-            # every group new and changed once (each row its own group): no hashing
-            fresh = change[list(GROUP_COLUMNS)].reset_index(drop=True)
-            fresh["ver"] = np.ones(len(change), dtype=np.int64)
-            self._versions, self._versions_hash = fresh, None
-            return np.zeros(len(change), dtype=np.int64)
-        hashes = group_hashes(change)
+        group hashes, and the groups' next versions; None when two groups of
+        ``change`` share a hash (:meth:`_versioned_by_merge` numbers them then)."""
+        hashed = _GROUP_HASH in change
+        hashes = change[_GROUP_HASH].to_numpy(np.uint64) if hashed else group_hashes(change)
         unique, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         if not _same_groups(change, np.arange(len(change)), change, first[inverse]).all():
             return None
-        versions, known_hashes = self._versions, self._hashes_of_versions()
-        known = pd.Index(known_hashes)
-        if not known.is_unique:
-            return None
-        at = known.get_indexer(unique)
-        found = at >= 0
-        if not _same_groups(versions, at[found], change, first[found]).all():
-            return None
-        ver = versions["ver"].to_numpy(np.int64)
+        groups = tuple(a[first] for a in group_arrays(change))
         base = np.zeros(len(unique), dtype=np.int64)
-        base[found] = ver[at[found]]
+        taken = self._versions.pop(groups, unique)
+        if taken is not None:
+            base[taken[1]] = taken[0]["ver"].to_numpy(np.int64)
         following = base + np.bincount(inverse, minlength=len(unique))
-        ver = ver.copy()
-        ver[at[found]] = following[found]
-        rows = first[~found]
-        fresh = pd.DataFrame(
-            {
-                "__gk": change["__gk"].to_numpy(object)[rows],
-                "__gs": change["__gs"].to_numpy(np.int64)[rows],
-                "__ge": change["__ge"].to_numpy(np.int64)[rows],
-                "ver": following[~found],
-            }
-        )
-        updated = versions.assign(ver=ver)
-        self._versions = pd.concat([updated, fresh], ignore_index=True) if len(updated) else fresh
-        self._versions_hash = np.r_[known_hashes, unique[~found]]
+        kept = dict(zip(GROUP_COLUMNS, groups, strict=True))
+        self._versions.add(pd.DataFrame({**kept, "ver": following}), unique)
         return base[inverse] + occurrences(hashes)
 
     def _versioned_by_merge(self, change: pd.DataFrame) -> pd.DataFrame:
         """:meth:`_versioned` by merges (groups whose hashes collide)."""
         group = list(GROUP_COLUMNS)
-        versions, hashes = self._versions, self._hashes_of_versions()
-        known = _hashed_member(hashes, versions, change[group])
-        base = change[group].merge(versions[known], how="left", on=group)["ver"]
+        fired = change[group].drop_duplicates()
+        taken = self._versions.pop(group_arrays(fired), group_hashes(fired))
+        known = self.versions.iloc[:0] if taken is None else taken[0]
+        base = change[group].merge(known, how="left", on=group)["ver"]
         offset = base.to_numpy(np.float64, na_value=0).astype(np.int64)
         change["ver"] = offset + change.groupby(group, sort=False, dropna=False).cumcount()
         counts = change.groupby(group, sort=False, dropna=False)["ver"].max().reset_index()
         counts["ver"] += 1
-        rest = ~known  # counts' groups are change's
-        if rest.any():
-            self._versions = pd.concat([versions[rest], counts], ignore_index=True)
-            self._versions_hash = np.r_[hashes[rest], group_hashes(counts)]
-        else:
-            self._versions, self._versions_hash = counts, group_hashes(counts)
+        self._versions.add(counts)
         return change[[*GROUP_COLUMNS, *self.columns, *CHANGE_COLUMNS]]
 
     def _empty(self) -> pd.DataFrame:
