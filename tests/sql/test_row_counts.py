@@ -2,7 +2,7 @@
 how many rows of each group were evaluated, looked up and recorded for all fired
 groups at once. A wrong count makes old rows count as new (a doubled row) or new
 rows as old (a lost one), so each operation is checked against a plain dictionary,
-a hash two groups share must stop the counting, and a snapshot (a Spark
+also with every group under one hash, and a snapshot (a Spark
 micro-batch's restore) must keep the counts."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from headwater.sql.maintain import changelog
+from headwater.sql.maintain import changelog, group_parts
 from headwater.sql.maintain.changelog import Materializer, RowCounts
 from headwater.sql.maintain.groups import GroupMaintainer, StreamLayout
 
@@ -42,7 +42,7 @@ def test_counts_follow_a_dictionary_of_every_step(seed):
         looked = counts.lookup(_frame(fired))
         assert looked.tolist() == [expected.get(g, 0) for g in fired]
         lengths = np.array([expected.get(g, 0) + rng.randrange(3) for g in fired], np.int64)
-        assert counts.record(_frame(fired), lengths, _frame(gone))
+        counts.record(_frame(fired), lengths, _frame(gone))
         for g in gone:
             expected.pop(g, None)
         expected.update(zip(fired, lengths.tolist(), strict=True))
@@ -57,30 +57,36 @@ def test_counts_follow_a_dictionary_of_every_step(seed):
 def test_a_group_both_withdrawn_and_fired_again_keeps_its_new_count():
     counts = RowCounts()
     a = _frame([("a", 0, 10)])
-    assert counts.record(a, np.array([2]), a.iloc[:0])
-    assert counts.record(a, np.array([5]), a)
+    counts.record(a, np.array([2]), a.iloc[:0])
+    counts.record(a, np.array([5]), a)
     assert counts.lookup(a).tolist() == [5]
 
 
-def test_a_hash_two_groups_share_stops_the_counting(monkeypatch):
+def _one_hash(monkeypatch) -> None:
+    """Every group under one hash, wherever the changelog's state hashes one."""
+    same = lambda frame: np.zeros(len(frame), np.uint64)  # noqa: E731
+    monkeypatch.setattr(changelog, "group_hashes", same)
+    monkeypatch.setattr(group_parts, "group_hashes", same)
+
+
+def test_groups_under_one_hash_keep_their_own_counts(monkeypatch):
     """Two groups under one hash: the second's lookup must not read the first's
-    count, and the materializer stops counting (every later step evaluates in full)."""
-    monkeypatch.setattr(changelog, "group_hashes", lambda frame: np.zeros(len(frame), np.uint64))
+    count (old rows counted as new would double them), and both are recorded."""
+    _one_hash(monkeypatch)
     state = Materializer(["x"])
     state.seen = RowCounts()
     state.saw(_frame([("a", 0, 10)]), np.array([3]))
     assert state.seen_rows(_frame([("a", 0, 10)])).tolist() == [3]
-    assert state.seen_rows(_frame([("b", 0, 10)])) is None
+    assert state.seen_rows(_frame([("b", 0, 10)])).tolist() == [0]
     state.saw(_frame([("b", 0, 10)]), np.array([1]))
-    assert state.seen is None
-    assert state.seen_rows(_frame([("a", 0, 10)])) is None
+    both = _frame([("b", 0, 10), ("a", 0, 10), ("a", 0, 20)])
+    assert state.seen_rows(both).tolist() == [1, 3, 0]
 
 
-def test_two_fired_groups_under_one_hash_are_not_recorded(monkeypatch):
-    monkeypatch.setattr(changelog, "group_hashes", lambda frame: np.zeros(len(frame), np.uint64))
-    counts = RowCounts()
-    both = _frame([("a", 0, 10), ("b", 0, 10)])
-    assert not counts.record(both, np.array([1, 2]), both.iloc[:0])
+@pytest.mark.parametrize("seed", range(3))
+def test_counts_under_one_hash_follow_a_dictionary(seed, monkeypatch):
+    _one_hash(monkeypatch)
+    test_counts_follow_a_dictionary_of_every_step(seed)
 
 
 def _maintainer() -> GroupMaintainer:

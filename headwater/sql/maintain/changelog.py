@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headwater.model.arrays import distinct_sorted, sorts_together
+from headwater.model.arrays import sorts_together
 from headwater.model.combiners import occurrences
 from headwater.sql.maintain.group_parts import (
     GroupParts,
@@ -279,67 +279,42 @@ def _row_hashes(
 
 class RowCounts:
     """How many rows of each group were evaluated (the append path's bookkeeping:
-    a group's rows after these are new), as columns: a step looks its fired groups
-    up and records them in one pass over their hashes, not one lookup per group.
-    Each hash names one group; a group whose hash another one holds makes
-    :meth:`lookup` or :meth:`record` answer None (the caller then evaluates in full)."""
+    a group's rows after these are new), one row per group in :class:`GroupParts`:
+    a step looks up and records its fired groups only, whatever the number kept.
+    Groups are told apart by value where their hashes collide."""
 
     def __init__(self, groups: pd.DataFrame | None = None) -> None:
-        empty = {"__gk": pd.Series(dtype=object), "__gs": pd.Series(dtype=np.int64)}
-        empty |= {"__ge": pd.Series(dtype=np.int64), "n": pd.Series(dtype=np.int64)}
-        #: the groups (``GROUP_COLUMNS``) and their counts (``n``)
-        self.groups = pd.DataFrame(empty) if groups is None else groups.reset_index(drop=True)
-        self._index = pd.Index(group_hashes(self.groups))
+        kept = None if groups is None else groups[[*GROUP_COLUMNS, "n"]].reset_index(drop=True)
+        self._parts = GroupParts(kept)
 
-    def _found(self, groups: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-        """Where each of ``groups`` is kept (-1: not kept), and its hash; None when a
-        hash kept names another group."""
-        hashes = group_hashes(groups)
-        at = self._index.get_indexer(hashes)
-        found = at >= 0
-        if not _same_groups(self.groups, at[found], groups, np.flatnonzero(found)).all():
-            return None
-        return at, hashes
+    @property
+    def groups(self) -> pd.DataFrame:
+        """The groups (``GROUP_COLUMNS``) and their counts (``n``): the snapshot's form."""
+        frame = self._parts.frame()
+        if frame is None:
+            columns = {"__gk": object, "__gs": np.int64, "__ge": np.int64, "n": np.int64}
+            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+        return frame
 
-    def lookup(self, groups: pd.DataFrame) -> np.ndarray | None:
+    def lookup(self, groups: pd.DataFrame) -> np.ndarray:
         """The count of each group (0: none evaluated yet)."""
-        located = self._found(groups)
-        if located is None:
-            return None
-        at = located[0]
-        found = at >= 0
         out = np.zeros(len(groups), dtype=np.int64)
-        out[found] = self.groups["n"].to_numpy(np.int64)[at[found]]
+        found = self._parts.find(group_arrays(groups), group_hashes(groups))
+        if found is not None:
+            out[found[1]] = found[0]["n"].to_numpy(np.int64)
         return out
 
-    def record(self, groups: pd.DataFrame, counts: np.ndarray, gone: pd.DataFrame) -> bool:
-        """Set the counts of ``groups`` (distinct) and forget those of ``gone``;
-        False (nothing recorded) when a hash names two groups."""
-        located, dropped = self._found(groups), self._found(gone)
-        if located is None or dropped is None:
-            return False
-        at, hashes = located
-        if len(distinct_sorted(hashes)) < len(hashes):
-            return False
-        found = at >= 0
-        kept = self.groups["n"].to_numpy(np.int64).copy()
-        kept[at[found]] = counts[found]
-        live = np.ones(len(kept), dtype=bool)
-        live[dropped[0][dropped[0] >= 0]] = False
-        live[at[found]] = True  # a group both withdrawn and fired again is kept
-        fresh = groups.loc[~found, list(GROUP_COLUMNS)].assign(n=counts[~found])
-        old = self.groups.assign(n=kept)[live]
-        frame = pd.concat([old, fresh], ignore_index=True) if len(old) else fresh
-        self.groups = frame.reset_index(drop=True)
-        self._index = pd.Index(np.r_[self._index.to_numpy()[live], hashes[~found]])
-        return True
+    def record(self, groups: pd.DataFrame, counts: np.ndarray, gone: pd.DataFrame) -> None:
+        """Set the counts of ``groups`` (distinct) and forget those of ``gone``."""
+        self._parts.pop(group_arrays(gone), group_hashes(gone))
+        hashes = group_hashes(groups)
+        self._parts.pop(group_arrays(groups), hashes)
+        fresh = {c: a for c, a in zip(GROUP_COLUMNS, group_arrays(groups), strict=True)}
+        self._parts.add(pd.DataFrame({**fresh, "n": np.asarray(counts, np.int64)}), hashes)
 
     def expire(self, horizon: int) -> None:
         """Forget the groups whose windows end at or before ``horizon``."""
-        live = self.groups["__ge"].to_numpy(np.int64) > horizon
-        if not live.all():
-            self.groups = self.groups[live].reset_index(drop=True)
-            self._index = pd.Index(self._index.to_numpy()[live])
+        self._parts.expire(horizon)
 
 
 class Materializer:
@@ -384,19 +359,15 @@ class Materializer:
 
     def seen_rows(self, fired: pd.DataFrame) -> np.ndarray | None:
         """How many rows of each group of ``fired`` were evaluated (0: none yet);
-        None when not known (:attr:`seen` is None, or two groups share a hash)."""
+        None when not known (:attr:`seen` is None)."""
         return None if self.seen is None else self.seen.lookup(fired)
 
     def saw(self, fired: pd.DataFrame, lengths: np.ndarray, gone: pd.DataFrame | None = None):
         """Record that the groups of ``fired`` had ``lengths`` rows evaluated, and
-        that the groups of ``gone`` no longer exist (counting stops where a hash
-        names two groups: every later step evaluates in full)."""
-        if self.seen is None:
-            return
-        if gone is None:
-            gone = fired.iloc[:0]
-        if not self.seen.record(fired, np.asarray(lengths, dtype=np.int64), gone):
-            self.seen = None
+        that the groups of ``gone`` no longer exist."""
+        if self.seen is not None:
+            gone = fired.iloc[:0] if gone is None else gone
+            self.seen.record(fired, np.asarray(lengths, dtype=np.int64), gone)
 
     def added(self, fired: pd.DataFrame, added: pd.DataFrame, ptime: int) -> pd.DataFrame | None:
         """The changelog of a step whose groups (``fired``) only gained the rows

@@ -140,6 +140,23 @@ class GroupParts:
         some[AT] = at_fired[at]
         return some
 
+    def find(
+        self, groups: tuple[np.ndarray, ...], hashes: np.ndarray
+    ) -> tuple[pd.DataFrame, np.ndarray] | None:
+        """The rows of the groups ``groups`` (GROUP_COLUMNS as arrays, ``hashes``
+        theirs), left in place, and the position in ``groups`` of each row's group;
+        None when no part has any."""
+        frames, ats = [], []
+        for part in self.parts:
+            at, rows = part.matches(hashes, groups)
+            if len(rows):
+                frames.append(part.frame.take(rows))
+                ats.append(at)
+        if not frames:
+            return None
+        some = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        return some, np.concatenate(ats)
+
     def pop(
         self, groups: tuple[np.ndarray, ...], hashes: np.ndarray
     ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | None:
