@@ -277,6 +277,16 @@ def _row_hashes(
     return h, shared
 
 
+def _counted(parts: GroupParts, column: str) -> pd.DataFrame:
+    """The rows of ``parts`` (``GROUP_COLUMNS`` and an integer ``column``), typed
+    when there are none."""
+    frame = parts.frame()
+    if frame is not None:
+        return frame
+    types = {"__gk": object, "__gs": np.int64, "__ge": np.int64, column: np.int64}
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in types.items()})
+
+
 class RowCounts:
     """How many rows of each group were evaluated (the append path's bookkeeping:
     a group's rows after these are new), one row per group in :class:`GroupParts`:
@@ -290,11 +300,7 @@ class RowCounts:
     @property
     def groups(self) -> pd.DataFrame:
         """The groups (``GROUP_COLUMNS``) and their counts (``n``): the snapshot's form."""
-        frame = self._parts.frame()
-        if frame is None:
-            columns = {"__gk": object, "__gs": np.int64, "__ge": np.int64, "n": np.int64}
-            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
-        return frame
+        return _counted(self._parts, "n")
 
     def lookup(self, groups: pd.DataFrame) -> np.ndarray:
         """The count of each group (0: none evaluated yet)."""
@@ -394,11 +400,7 @@ class Materializer:
     @property
     def versions(self) -> pd.DataFrame:
         """The next ``ver`` of every group that has changed (``GROUP_COLUMNS`` + ver)."""
-        frame = self._versions.frame()
-        if frame is None:
-            columns = {"__gk": object, "__gs": np.int64, "__ge": np.int64, "ver": np.int64}
-            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
-        return frame
+        return _counted(self._versions, "ver")
 
     @versions.setter
     def versions(self, frame: pd.DataFrame) -> None:
