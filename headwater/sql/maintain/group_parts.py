@@ -146,16 +146,8 @@ class GroupParts:
         """The rows of the groups ``groups`` (GROUP_COLUMNS as arrays, ``hashes``
         theirs), left in place, and the position in ``groups`` of each row's group;
         None when no part has any."""
-        frames, ats = [], []
-        for part in self.parts:
-            at, rows = part.matches(hashes, groups)
-            if len(rows):
-                frames.append(part.frame.take(rows))
-                ats.append(at)
-        if not frames:
-            return None
-        some = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        return some, np.concatenate(ats)
+        found = self._gathered(groups, hashes, remove=False)
+        return None if found is None else found[:2]
 
     def pop(
         self, groups: tuple[np.ndarray, ...], hashes: np.ndarray
@@ -163,17 +155,27 @@ class GroupParts:
         """The rows of the groups ``groups`` (GROUP_COLUMNS as arrays, ``hashes``
         theirs) taken out of the parts: the rows, the position in ``groups`` of each
         row's group, and each row's hash. None when no part has any."""
+        taken = self._gathered(groups, hashes, remove=True)
+        if taken is not None:
+            self._compact()
+        return taken
+
+    def _gathered(
+        self, groups: tuple[np.ndarray, ...], hashes: np.ndarray, remove: bool
+    ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | None:
+        """The rows of ``groups`` in every part, their groups' positions and their
+        hashes (marked gone if ``remove``); None when no part has any."""
         frames, ats, row_hashes = [], [], []
         for part in self.parts:
             at, rows = part.matches(hashes, groups)
             if len(rows):
-                part.live[rows] = False
+                if remove:
+                    part.live[rows] = False
                 frames.append(part.frame.take(rows))
                 ats.append(at)
                 row_hashes.append(part.row_hashes[rows])
         if not frames:
             return None
-        self._compact()
         some = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         return some.reset_index(drop=True), np.concatenate(ats), np.concatenate(row_hashes)
 
