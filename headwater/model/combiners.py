@@ -31,7 +31,9 @@ running it on a sample value of the input type.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
 from typing import Any
 
 import numpy as np
@@ -40,7 +42,6 @@ import pyarrow as pa
 
 from headwater.model import arrow_values
 from headwater.model import types as HT
-from headwater.model.arrays import distinct_sorted
 from headwater.model.lists import empty_lists, split_list
 from headwater.model.types import DataType
 
@@ -68,6 +69,19 @@ def _with_empty_lists(out: np.ndarray, owners: np.ndarray) -> np.ndarray:
 
 #: a copy of each list of an object array, in one C loop
 _copied = np.frompyfunc(list, 1, 1)
+
+
+def _empty_sets(n: int) -> np.ndarray:
+    """``n`` new empty sets, as an object array."""
+    return np.fromiter(map(set, itertools.repeat((), n)), dtype=object, count=n)
+
+
+def _plain(values) -> list:
+    """Values as plain Python scalars, the form a set compares (times as their
+    integer ticks, so that a value compares equal after a state's round trip)."""
+    if isinstance(values, np.ndarray):
+        return (values.view(np.int64) if values.dtype.kind in "mM" else values).tolist()
+    return list(values)
 
 
 def _runs(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -600,9 +614,12 @@ class TopK(CombineFn):
 class CountDistinct(CombineFn):
     """Exact number of distinct non-null values (SQL ``COUNT(DISTINCT col)``); 0 for none.
 
-    The accumulator is each window's distinct values (a numpy array). ``add`` and
-    ``merge`` deduplicate all (group, value) pairs of a call at once: values are
-    factorized to codes and the pairs made unique with one sort.
+    The accumulator is each window's distinct values as a Python ``set`` of plain
+    scalars (times as their integer ticks), so that a step costs its new values, not
+    the values a window already holds: ``add`` makes one set per group from one sort
+    of the call's values, and ``merge`` updates each group's first set in place with
+    the others (``set.update`` mapped over the arrays, no Python frame per group).
+    Like every merge, it takes over its inputs: an input's set may be the output's.
     """
 
     name = "count_distinct"
@@ -614,44 +631,59 @@ class CountDistinct(CombineFn):
         return HT.INT64
 
     def create(self, n):
-        return {"distinct": object_array(np.empty(0) for _ in range(n))}
-
-    def _distinct(self, values: np.ndarray, groups: np.ndarray, n: int) -> Acc:
-        out = self.create(n)["distinct"]
-        if not len(groups):
-            return {"distinct": out}
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
-        uniques = np.asarray(uniques)
-        pairs = distinct_sorted(groups.astype(np.int64) * (len(uniques) + 1) + codes)
-        g, c = np.divmod(pairs, len(uniques) + 1)
-        cuts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        for group, chunk in zip(g[cuts], np.split(uniques[c], cuts[1:]), strict=True):
-            out[group] = chunk
-        return {"distinct": out}
+        return {"distinct": _empty_sets(n)}
 
     def add(self, values, groups, n):
         values, groups = _non_null(values, groups)
-        return self._distinct(np.asarray(values), np.asarray(groups), n)
+        groups = np.asarray(groups)
+        out = _empty_sets(n)
+        if not len(groups):
+            return {"distinct": out}
+        order, owners, cuts = _runs(groups)
+        flat = _plain(np.asarray(values)[order])
+        out[owners] = np.fromiter(
+            map(set, split_list(flat, np.diff(np.r_[cuts, len(flat)]))),
+            dtype=object,
+            count=len(owners),
+        )
+        return {"distinct": out}
 
     def merge(self, acc, groups, n):
-        parts = acc["distinct"]
-        lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
-        full = [np.asarray(p) for p in parts if len(p)]
-        if not full:
-            return self.create(n)
-        kinds = {p.dtype.kind for p in full}
-        flat = np.concatenate(full if len(kinds) == 1 else [p.astype(object) for p in full])
-        return self._distinct(flat, np.repeat(np.asarray(groups), lengths), n)
+        groups = np.asarray(groups)
+        out = _empty_sets(n)
+        if not len(groups):
+            return {"distinct": out}
+        order, owners, cuts = _runs(groups)
+        rank = _ranks(cuts, len(groups))
+        sets, owner = np.asarray(acc["distinct"], dtype=object)[order], groups[order]
+        out[owners] = sets[rank == 0]
+        for r in range(1, int(rank.max()) + 1):
+            at = rank == r
+            collections.deque(map(set.update, out[owner[at]], sets[at]), maxlen=0)
+        return {"distinct": out}
 
     def extract(self, acc):
-        parts = acc["distinct"]
-        return np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+        sets = acc["distinct"]
+        return np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
 
     def accumulator_to_arrow(self, field, array):
-        return arrow_values.ndarrays_to_arrow(array)
+        return arrow_values.objects_to_arrow(list(map(list, array)))  # a list array
 
     def accumulator_from_arrow(self, field, array):
-        return arrow_values.ndarrays_from_arrow(array)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if isinstance(array.type, arrow_values.PickledType):  # rows pickled whole
+            rows = arrow_values.objects_from_arrow(array)
+            return np.fromiter(map(set, map(_plain, rows)), dtype=object, count=len(rows))
+        if pa.types.is_null(array.type):  # every window empty
+            return _empty_sets(len(array))
+        offsets = array.offsets.to_numpy()
+        flat = array.values.slice(offsets[0], offsets[-1] - offsets[0])
+        if pa.types.is_timestamp(flat.type) or pa.types.is_duration(flat.type):
+            flat = flat.cast(pa.int64())  # an earlier state's times: their ticks, as add
+        values = _plain(arrow_values.array_from_arrow(flat))
+        sets = map(set, split_list(values, np.diff(offsets)))
+        return np.fromiter(sets, dtype=object, count=len(array))
 
 
 class ApproxDistinct(CombineFn):

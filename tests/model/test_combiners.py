@@ -9,12 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headwater.model import arrow_values
 from headwater.model.combiners import (
     COMBINERS,
     ApproxDistinct,
     ApproxQuantiles,
     CombineFn,
     Count,
+    CountDistinct,
     Max,
     Mean,
     Min,
@@ -480,3 +482,63 @@ def test_occurrences_equal_pandas_cumcount() -> None:
     expected = pd.Series(keys).groupby(keys).cumcount().to_numpy()
     assert occurrences(keys).tolist() == expected.tolist()
     assert occurrences(np.array([], dtype=np.uint64)).tolist() == []
+
+
+def _distinct_inputs(kind: str, rng: np.random.Generator, m: int) -> np.ndarray:
+    """``m`` values of one kind, with repeats (and nulls where the kind has them)."""
+    ints = rng.integers(0, 40, m)
+    if kind == "int":
+        return ints
+    if kind == "float":
+        return np.where(ints % 9 == 0, np.nan, ints / 4)
+    if kind == "text":
+        return np.array([None if i % 11 == 0 else f"v{i}" for i in ints], dtype=object)
+    return (ints * 1_000_000).astype("datetime64[ms]")  # times
+
+
+@pytest.mark.parametrize("kind", ["int", "float", "text", "time"])
+@pytest.mark.parametrize("seed", range(4))
+def test_count_distinct_over_steps_equals_pandas_nunique(kind, seed):
+    """The reducer's use: each step adds its values, merges them into the groups'
+    sets in place, and now and then the sets go through the state's Arrow form."""
+    rng = np.random.default_rng(seed)
+    fn, n = CountDistinct(), 7
+    acc = fn.create(n)["distinct"]
+    seen_values, seen_groups = [], []
+    for step in range(12):
+        m = int(rng.integers(0, 30))
+        values, groups = _distinct_inputs(kind, rng, m), rng.integers(0, n, m)
+        seen_values.append(values)
+        seen_groups.append(groups)
+        new = fn.add(values, groups, n)["distinct"]
+        acc = fn.merge({"distinct": np.r_[acc, new]}, np.r_[np.arange(n), np.arange(n)], n)
+        acc = acc["distinct"]
+        if step % 3 == 2:
+            arrow = fn.accumulator_to_arrow("distinct", acc)
+            acc = fn.accumulator_from_arrow("distinct", arrow)
+        frame = pd.DataFrame({"v": np.concatenate(seen_values), "g": np.concatenate(seen_groups)})
+        want = frame.groupby("g")["v"].nunique().reindex(range(n), fill_value=0)
+        assert fn.extract({"distinct": acc}).tolist() == want.tolist()
+
+
+def test_count_distinct_merges_many_parts_per_group():
+    """Merging windows (sessions) merges several accumulators into one group."""
+    fn = CountDistinct()
+    parts = fn.add(np.array([1, 2, 2, 3, 4, 1, 5]), np.array([0, 1, 2, 3, 4, 5, 6]), 7)
+    merged = fn.merge(parts, np.array([0, 0, 0, 1, 1, 0, 1]), 2)
+    assert fn.extract(merged).tolist() == [2, 3]  # {1, 2}, {3, 4, 5}
+    assert fn.extract(fn.merge(fn.create(0), np.zeros(0, np.int64), 3)).tolist() == [0, 0, 0]
+
+
+def test_count_distinct_reads_the_earlier_state_form():
+    """State written when the accumulator was a numpy array per window (times kept
+    as times) reads back as sets that new values of the same kind match."""
+    fn = CountDistinct()
+    times = np.array([1_000, 2_000], dtype="datetime64[ms]")
+    old = [times, np.empty(0), times[:1]]
+    back = fn.accumulator_from_arrow("distinct", arrow_values.ndarrays_to_arrow(old))
+    more = fn.add(np.array([2_000, 3_000], dtype="datetime64[ms]"), np.array([0, 2]), 3)
+    merged = fn.merge({"distinct": np.r_[back, more["distinct"]]}, np.arange(6) % 3, 3)
+    assert fn.extract(merged).tolist() == [2, 0, 2]
+    words = arrow_values.ndarrays_to_arrow([np.array(["a", "b"]), np.array(["a"])])
+    assert fn.extract({"distinct": fn.accumulator_from_arrow("d", words)}).tolist() == [2, 1]

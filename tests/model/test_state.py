@@ -17,6 +17,7 @@ from headwater.model.combiners import (
     ApproxQuantiles,
     CombineFn,
     Count,
+    CountDistinct,
     Max,
     Mean,
     Min,
@@ -182,6 +183,7 @@ ALL_BUILTINS = {
     "values": (ToList(), "x"),
     "top": (TopK(3), "x"),
     "distinct": (ApproxDistinct(precision=6), "x"),
+    "exact_distinct": (CountDistinct(), "x"),
     "q": (ApproxQuantiles(num_quantiles=4, capacity=8), "x"),
 }
 
