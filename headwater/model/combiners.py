@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from headwater.model import arrow_values
 from headwater.model import types as HT
-from headwater.model.lists import empty_lists, split_list
+from headwater.model.lists import empty_tuples, split_list
 from headwater.model.types import DataType
 
 Acc = dict[str, np.ndarray]
@@ -57,18 +57,20 @@ def object_array(items) -> np.ndarray:
     return out
 
 
-def _with_empty_lists(out: np.ndarray, owners: np.ndarray) -> np.ndarray:
-    """``out`` with a new empty list in each place that ``owners`` (distinct) does not
-    name: only those lists are made."""
+def _with_empty_tuples(out: np.ndarray, owners: np.ndarray) -> np.ndarray:
+    """``out`` with an empty tuple in each place that ``owners`` (distinct) does not
+    name."""
     if len(owners) < len(out):
         absent = np.ones(len(out), dtype=bool)
         absent[owners] = False
-        out[absent] = empty_lists(int(absent.sum()))
+        out[absent] = empty_tuples(int(absent.sum()))
     return out
 
 
-#: a copy of each list of an object array, in one C loop
-_copied = np.frompyfunc(list, 1, 1)
+#: each sequence of an object array as a tuple (a tuple is itself: no copy), in C
+_as_tuples = np.frompyfunc(tuple, 1, 1)
+#: each sequence of an object array as a new list, in C
+_as_lists = np.frompyfunc(list, 1, 1)
 
 
 def _empty_sets(n: int) -> np.ndarray:
@@ -502,7 +504,14 @@ class Max(_Extreme):
 
 
 class ToList(CombineFn):
-    """All values of the pane, as a list (grouping without a combiner)."""
+    """All values of the pane, as a list (grouping without a combiner).
+
+    The accumulator holds each group's values as a tuple: immutable, so a merge hands
+    an input's tuple on without copying it, and the interpreter's cycle collector
+    stops tracking it (with lists, every full collection walked every value of every
+    group a state holds). ``extract`` gives lists, as ``collect_list`` promises;
+    :class:`RowValues` gives the tuples themselves.
+    """
 
     name = "values"
 
@@ -513,57 +522,63 @@ class ToList(CombineFn):
         return HT.list_of(input_type)
 
     def create(self, n):
-        return {"values": empty_lists(n)}
+        return {"values": empty_tuples(n)}
 
     def add(self, values, groups, n):
-        """Each group's values as one list: slices of one list in sorted order, no
+        """Each group's values as one tuple: slices of one tuple in sorted order, no
         per-value Python."""
         groups = np.asarray(groups)
         if not len(groups):
             return self.create(n)
         order, owners, cuts = _runs(groups)
-        flat = np.asarray(values, dtype=object)[order].tolist()
+        flat = tuple(np.asarray(values, dtype=object)[order].tolist())
         chunks = split_list(flat, np.diff(np.r_[cuts, len(flat)]))
         if len(owners) == n:  # every group has values: owners are 0..n-1
             return {"values": chunks}
         out = np.empty(n, dtype=object)
         out[owners] = chunks
-        return {"values": _with_empty_lists(out, owners)}
+        return {"values": _with_empty_tuples(out, owners)}
 
     def merge(self, acc, groups, n):
-        """Each group's lists concatenated in order: one element-wise list ``+`` per
-        rank of a list within its group (two for the reducer's current + new)."""
+        """Each group's tuples concatenated in order: one element-wise ``+`` per rank
+        of a tuple within its group (two for the reducer's current + new)."""
         groups = np.asarray(groups)
         if not len(groups):
-            return {"values": empty_lists(n)}
+            return {"values": empty_tuples(n)}
         order, owners, cuts = _runs(groups)
-        out = _with_empty_lists(np.empty(n, dtype=object), owners)  # owners' lists: below
-        sizes = np.diff(np.r_[cuts, len(groups)])
+        out = _with_empty_tuples(np.empty(n, dtype=object), owners)  # owners': below
         rank = _ranks(cuts, len(groups))
-        lists = acc["values"]
-        if not isinstance(lists, np.ndarray):  # a list of equal lists is no 2-d array
-            lists = object_array(lists)
-        owner, lists = groups[order], lists[order]
+        values = acc["values"]
+        if not isinstance(values, np.ndarray):  # a list of equal lists is no 2-d array
+            values = object_array(values)
+        owner, values = groups[order], _as_tuples(values[order])
         first = rank == 0
-        out[owner[first]] = lists[first]
+        out[owner[first]] = values[first]
         for r in range(1, int(rank.max()) + 1):
             at = rank == r
-            out[owner[at]] = out[owner[at]] + lists[at]
-        single = owner[first][sizes == 1]  # still the input's lists: copies, as ever
-        out[single] = _copied(out[single])
+            out[owner[at]] = out[owner[at]] + values[at]
         return {"values": out}
 
     def extract(self, acc):
-        return acc["values"]
+        return _as_lists(acc["values"])
 
     def accumulator_to_arrow(self, field, array):
-        return arrow_values.objects_to_arrow(array)  # a list array
+        return arrow_values.objects_to_arrow(_as_lists(array))  # a list array
 
     def accumulator_from_arrow(self, field, array):
         out = arrow_values.objects_from_arrow(array)
         if len(out) and not isinstance(out[0], list):  # all-empty lists come back as nulls
-            return object_array([] if v is None else list(v) for v in out)
-        return out
+            out = object_array([] if v is None else v for v in out)
+        return _as_tuples(out)
+
+
+class RowValues(ToList):
+    """:class:`ToList` whose panes hold the tuples themselves: for a reader that
+    takes the values at once (the SQL general path flattens each step's groups into
+    columns), which a list made per group and step would only slow."""
+
+    def extract(self, acc):
+        return acc["values"]
 
 
 class TopK(CombineFn):

@@ -53,7 +53,7 @@ class TopRows:
         left = np.bincount(group[kept], minlength=len(sizes))
         lost = left < sizes
         take, left = kept[lost[group]], left[lost]
-        kept_of = {name: flat_lists(lists[name][lost])[take].tolist() for name in lists}
+        kept_of = {name: tuple(flat_lists(lists[name][lost])[take].tolist()) for name in lists}
         out = {name: split_list(values, left) for name, values in kept_of.items()}
         return np.flatnonzero(lost), out
 

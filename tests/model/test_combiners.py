@@ -171,7 +171,8 @@ def test_tolist_and_topk(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_tolist_add_and_merge_keep_the_order_of_a_loop_per_value(seed):
     """ToList's vectorized add and merge against appending value by value: the
-    same lists, in arrival order, each a new list (no shared state)."""
+    same values, in arrival order, as tuples (which merges may share: they never
+    change); its panes are new lists, shared with nothing."""
     rng = np.random.default_rng(seed)
     n = 9
     values = rng.integers(0, 100, 60).astype(object)
@@ -186,16 +187,18 @@ def test_tolist_add_and_merge_keep_the_order_of_a_loop_per_value(seed):
     pos = np.r_[np.arange(n), np.arange(n)]
     merged = ToList().merge({"values": np.r_[current, fresh]}, pos, n)["values"]
     assert [list(v) for v in merged] == want
-    assert not {id(v) for v in merged} & {id(v) for v in (*current, *fresh)}
+    assert all(type(v) is tuple for v in (*merged, *current, *fresh))
+    panes = ToList().extract({"values": merged})
+    assert all(type(v) is list for v in panes) and [list(v) for v in panes] == want
+    assert not {id(v) for v in panes} & {id(v) for v in ToList().extract({"values": merged})}
     alone = ToList().merge({"values": current}, np.arange(n), n)["values"]
     assert [list(v) for v in alone] == [list(v) for v in current]
-    assert not {id(v) for v in alone} & {id(v) for v in current}
     shuffled = rng.permutation(2 * n)
     lists = list(np.r_[current, fresh][shuffled])  # a plain list of lists, as TopK gives
     merged = ToList().merge({"values": lists}, pos[shuffled], n)["values"]
     order = [[] for _ in range(n)]
     for g, lst in zip(pos[shuffled], lists, strict=True):
-        order[g] = order[g] + lst
+        order[g] = order[g] + list(lst)
     assert [list(v) for v in merged] == order
 
 

@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from headwater.model.arrays import distinct_sorted, union_sorted
 from headwater.model.arrow_values import exact_numpy
-from headwater.model.combiners import ToList
+from headwater.model.combiners import RowValues
 from headwater.model.keep import TopRows
 from headwater.model.reducer import Reducer
 from headwater.model.schema import DropReason
@@ -328,12 +328,12 @@ def run_bounded(plan: QueryPlan) -> pd.DataFrame:
 @dataclass(frozen=True)
 class SqlPlan:
     """A streaming query as the model runs it: a windowing strategy over the
-    union input (keys in ``__key``, event time in ``__et``), one ``ToList``
+    union input (keys in ``__key``, event time in ``__et``), one ``RowValues``
     aggregation per union column, and the maintainer of its result."""
 
     query: QueryPlan
     strategy: WindowingStrategy
-    aggregations: dict[str, tuple[ToList, str]]
+    aggregations: dict[str, tuple[RowValues, str]]
     layouts: tuple[StreamLayout, ...]
     maintainer: GroupMaintainer
     #: which rows of a key the reducer keeps (None: all): a Top-N's first rows
@@ -379,7 +379,7 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
         raise _engine_error(exc, plan) from None
     union = [SOURCE, *(u for layout in layouts for u in layout.union)]
     strategy = plan.windowing()
-    aggregations = {u: (ToList(), u) for u in union}
+    aggregations = {u: (RowValues(), u) for u in union}
     keep = _kept_rows(plan, layouts, maintainer)
     return SqlPlan(plan, strategy, aggregations, tuple(layouts), maintainer, keep)
 

@@ -2,7 +2,7 @@
 
 The model groups a query's stream rows into event-time groups (windows, or
 windows and keys) and fires them by the EMIT trigger; every column of the
-rows travels in the group's state (one ``ToList`` per column). When groups
+rows travels in the group's state (one ``RowValues`` per column). When groups
 fire, :class:`GroupMaintainer` recomputes their result rows with DuckDB
 (the query with its windowing TVFs bound to the group's window) and diffs
 them against what was materialized last (:class:`Materializer`), which yields
