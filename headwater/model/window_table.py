@@ -34,6 +34,8 @@ _ACC_PREFIX = "acc:"
 _LAST_PREFIX = "last:"
 #: The metadata of a window's last pane kept for its retraction, besides its outputs.
 LAST_PANE_FIELDS = ("timestamp", "pane_index", "nonspec_index", "timing")
+#: the columns that name a window (its key and bounds), which its row is looked up by
+_WINDOW_COLUMNS = frozenset({"key", "start", "end"})
 
 #: Window bookkeeping columns: dtype and the value of a new window.
 _BOOKKEEPING: dict[str, tuple[type, object]] = {
@@ -104,7 +106,8 @@ class WindowTable:
         }
         self.keys = KeyDictionary()
         self.cols = self.empty(0)
-        self._index: pd.Index | None = None
+        #: the window hash of each row, in parts (built at the first lookup)
+        self._index: IndexParts | None = None
         #: column -> an array with room to grow, whose first rows ``cols`` views
         self._backing: dict[str, np.ndarray] = {}
 
@@ -152,7 +155,8 @@ class WindowTable:
         full.update(new)
         for name in self.cols:
             self.cols[name] = self._grown(name, full[name])
-        self._index = None
+        if self._index is not None:  # the new rows' windows: a part of their own
+            self._index.append(pd.Index(_window_hash(full["key"], full["start"], full["end"])))
         return np.arange(base, base + n)
 
     def _grown(self, name: str, values: np.ndarray) -> np.ndarray:
@@ -181,6 +185,8 @@ class WindowTable:
 
     def set(self, name: str, rows: np.ndarray, values: np.ndarray) -> None:
         """Write ``values`` into column ``name``, widening its dtype if they need it."""
+        if name in _WINDOW_COLUMNS:
+            self._index = None
         arr = self.cols[name]
         values = np.asarray(values)
         if arr.dtype != object and values.dtype != arr.dtype:
@@ -210,9 +216,10 @@ class WindowTable:
             return np.full(len(key), -1, dtype=np.int64)
         c = self.cols
         if self._index is None:
-            self._index = pd.Index(_window_hash(c["key"], c["start"], c["end"]))
-        if self._index.is_unique:
-            rows = self._index.get_indexer(_window_hash(key, start, end))
+            self._index = IndexParts(pd.Index(_window_hash(c["key"], c["start"], c["end"])))
+        if self._index.unique:
+            # a window hashed alike in an earlier part is caught as a mismatch below
+            rows = self._index.positions(pd.Index(_window_hash(key, start, end)))
             found = rows >= 0
             r = rows[found]
             if (
@@ -234,6 +241,50 @@ class WindowTable:
         return self.keys.decode(codes)
 
 
+class IndexParts:
+    """Values in consecutive parts, each a hashed ``pd.Index``: appended values are a
+    part of their own, and the last two parts merge while the older is at most twice
+    the newer, as the digits of a binary counter carry. So an append hashes its own
+    values and each value is rehashed a logarithmic number of times in all, where one
+    index of every value rebuilt at each append cost what all the values cost."""
+
+    def __init__(self, values: pd.Index | None = None) -> None:
+        self._parts: list[pd.Index] = [] if values is None or not len(values) else [values]
+
+    @property
+    def depth(self) -> int:
+        """How many parts (logarithmic in the values appended)."""
+        return len(self._parts)
+
+    @property
+    def unique(self) -> bool:
+        """Whether no part holds a value twice (what ``positions`` needs)."""
+        return all(part.is_unique for part in self._parts)
+
+    def positions(self, values: pd.Index) -> np.ndarray:
+        """Each value's position among all the values appended (in the first part
+        that has it), -1 where absent."""
+        out = np.full(len(values), -1, dtype=np.int64)
+        todo = np.arange(len(values))
+        start = 0
+        for part in self._parts:
+            if not len(todo):
+                break
+            found = part.get_indexer(values[todo] if len(todo) < len(values) else values)
+            hit = found >= 0
+            out[todo[hit]] = found[hit] + start
+            todo = todo[~hit]
+            start += len(part)
+        return out
+
+    def append(self, values: pd.Index) -> None:
+        """Add ``values`` after the others (their positions follow on)."""
+        self._parts.append(values)
+        while len(self._parts) > 1 and len(self._parts[-2]) <= 2 * len(self._parts[-1]):
+            older, newer = self._parts[-2:]
+            self._parts[-2:] = [older.append(newer)]
+
+
 class KeyDictionary:
     """The keys of a shard, coded 0, 1, ... in the order they first came.
 
@@ -249,7 +300,7 @@ class KeyDictionary:
         index = pd.Index([] if keys is None else keys, dtype=object)
         self._values = index.to_numpy(object).copy()
         self._size = len(index)
-        self._parts: list[pd.Index] = [index] if len(index) else []
+        self._parts = IndexParts(index)
 
     def __len__(self) -> int:
         return self._size
@@ -259,19 +310,7 @@ class KeyDictionary:
 
     def codes(self, keys) -> np.ndarray:
         """The code of each key, -1 for a key not here."""
-        keys = _as_index(keys)
-        out = np.full(len(keys), -1, dtype=np.int64)
-        todo = np.arange(len(keys))
-        start = 0
-        for part in self._parts:
-            if not len(todo):
-                break
-            found = part.get_indexer(keys[todo] if len(todo) < len(keys) else keys)
-            hit = found >= 0
-            out[todo[hit]] = found[hit] + start
-            todo = todo[~hit]
-            start += len(part)
-        return out
+        return self._parts.positions(_as_index(keys))
 
     def encode(self, keys) -> np.ndarray:
         """The code of each key, adding the keys not here (in order of first sight)."""
@@ -302,9 +341,6 @@ class KeyDictionary:
         self._values[self._size : end] = new.to_numpy(object)
         self._size = end
         self._parts.append(pd.Index(new, dtype=object))
-        while len(self._parts) > 1 and len(self._parts[-2]) <= 2 * len(self._parts[-1]):
-            older, newer = self._parts[-2:]
-            self._parts[-2:] = [older.append(newer)]
 
 
 def _as_index(keys) -> pd.Index:

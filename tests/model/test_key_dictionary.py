@@ -49,7 +49,7 @@ def test_codes_equal_one_rebuilt_index() -> None:
         assert [(type(k), k) for k in keys.decode(want)] == [(type(k), k) for k in index[want]]
         unknown = np.array([f"never{step}", "k0"], dtype=object)
         assert list(keys.codes(unknown)) == list(index.get_indexer(pd.Index(unknown, dtype=object)))
-        assert len(keys._parts) <= 2 * math.log2(len(keys) + 2) + 2, step
+        assert keys._parts.depth <= 2 * math.log2(len(keys) + 2) + 2, step
 
 
 def test_subset_and_restore_keep_codes_in_order() -> None:
