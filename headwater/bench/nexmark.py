@@ -40,6 +40,7 @@ from headwater.bench import HelpFormatter, fresh, latency
 from headwater.bench.baselines import nexmark_spark
 from headwater.bench.baselines.nexmark_flink import flink_entries
 from headwater.bench.baselines.nexmark_spark import NATIVE_MISSING
+from headwater.bench.collector import collector_time
 from headwater.io.sinks.blackhole import BlackholeSink, noop_count
 from headwater.nexmark import NexmarkConfig, generate
 from headwater.nexmark.output import write
@@ -296,11 +297,14 @@ def run_headwater(name: str, args, data: Path, work: Path, total: int) -> dict[s
 def _run(name: str, text: str, emit: str, args, sink: Path, total: int, **options):
     """One timed run of the query's script: its entry (SqlError if refused)."""
     sinks: dict[str, Any] = {}
-    started = time.perf_counter()
-    list(run_script(text, runner=args.runner, sinks=sinks, **options))
-    seconds = time.perf_counter() - started
+    with collector_time() as collector:
+        started = time.perf_counter()
+        list(run_script(text, runner=args.runner, sinks=sinks, **options))
+        seconds = time.perf_counter() - started
     rows = counted_rows(sinks, sink, name)
-    return {**_timed(seconds, total, CORES[args.runner], rows), "emit": emit}
+    # the cycle collector's share, in this process (on Spark: the driver's only)
+    gc_s = round(collector.seconds, 3)
+    return {**_timed(seconds, total, CORES[args.runner], rows), "emit": emit, "gc_s": gc_s}
 
 
 def counted_rows(sinks: dict[str, Any], sink: Path, name: str) -> int:

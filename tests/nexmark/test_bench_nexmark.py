@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -10,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headwater.bench.baselines.nexmark_flink import flink_python, parquet_jar
+from headwater.bench.collector import collector_time
 from headwater.bench.nexmark import (
     latency_markdown,
     main,
@@ -265,6 +267,8 @@ def test_emit_after_watermark_where_the_planner_takes_it(capsys, tmp_path):
         runs[emit] = {q: r["headwater"] for q, r in queries.items()}
     assert runs["watermark"]["q5"]["emit"] == "after watermark"
     assert runs["change"]["q5"]["emit"] == "every change"
+    for run in (*runs["watermark"].values(), *runs["change"].values()):
+        assert 0 <= run["gc_s"] <= run["seconds"]  # the collector's time, within the run
     assert runs["watermark"]["q20"]["emit"] == "every change"  # an unwindowed join
     assert runs["watermark"]["q20"]["rows"] == runs["change"]["q20"]["rows"]
     assert runs["watermark"]["q1"]["emit"] == "every change"  # rows on their own
@@ -274,3 +278,13 @@ def test_emit_after_watermark_where_the_planner_takes_it(capsys, tmp_path):
     assert main(argv) == 0
     table = json.loads(capsys.readouterr().out)["queries"]["q5"]["headwater"]
     assert runs["watermark"]["q5"]["rows"] == table["rows"]  # the final table's rows
+
+
+def test_collector_time_counts_the_collections_of_its_block_only():
+    """``gc_s``: each collection the block runs is timed; none after it."""
+    with collector_time() as timed:
+        for _ in range(3):
+            gc.collect()
+    assert timed.collections[2] == 3 and timed.seconds > 0
+    gc.collect()
+    assert timed.collections[2] == 3
