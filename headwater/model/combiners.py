@@ -73,13 +73,14 @@ _as_tuples = np.frompyfunc(tuple, 1, 1)
 _as_lists = np.frompyfunc(list, 1, 1)
 
 
-def _empty_sets(n: int) -> np.ndarray:
-    """``n`` new empty sets, as an object array."""
-    return np.fromiter(map(set, itertools.repeat((), n)), dtype=object, count=n)
+def _empty_value_sets(n: int) -> np.ndarray:
+    """``n`` new empty value sets (dicts: see :class:`CountDistinct`), as an object
+    array."""
+    return np.fromiter(map(dict.fromkeys, itertools.repeat((), n)), dtype=object, count=n)
 
 
 def _plain(values) -> list:
-    """Values as plain Python scalars, the form a set compares (times as their
+    """Values as plain Python scalars, the form a value set compares (times as their
     integer ticks, so that a value compares equal after a state's round trip)."""
     if isinstance(values, np.ndarray):
         return (values.view(np.int64) if values.dtype.kind in "mM" else values).tolist()
@@ -629,12 +630,15 @@ class TopK(CombineFn):
 class CountDistinct(CombineFn):
     """Exact number of distinct non-null values (SQL ``COUNT(DISTINCT col)``); 0 for none.
 
-    The accumulator is each window's distinct values as a Python ``set`` of plain
-    scalars (times as their integer ticks), so that a step costs its new values, not
-    the values a window already holds: ``add`` makes one set per group from one sort
-    of the call's values, and ``merge`` updates each group's first set in place with
-    the others (``set.update`` mapped over the arrays, no Python frame per group).
-    Like every merge, it takes over its inputs: an input's set may be the output's.
+    The accumulator is each window's distinct values as the keys of a Python dict
+    (plain scalars, times as their integer ticks), so that a step costs its new
+    values, not the values a window already holds: ``add`` makes one per group from
+    one sort of the call's values, and ``merge`` updates each group's first in place
+    with the others (``dict.update`` mapped over the arrays, no Python frame per
+    group). A dict, not a set: the cycle collector tracks every set, and each full
+    collection would walk every value held, while a dict of plain values is not
+    tracked. Like every merge, it takes over its inputs: an input's dict may be the
+    output's.
     """
 
     name = "count_distinct"
@@ -646,18 +650,18 @@ class CountDistinct(CombineFn):
         return HT.INT64
 
     def create(self, n):
-        return {"distinct": _empty_sets(n)}
+        return {"distinct": _empty_value_sets(n)}
 
     def add(self, values, groups, n):
         values, groups = _non_null(values, groups)
         groups = np.asarray(groups)
-        out = _empty_sets(n)
+        out = _empty_value_sets(n)
         if not len(groups):
             return {"distinct": out}
         order, owners, cuts = _runs(groups)
         flat = _plain(np.asarray(values)[order])
         out[owners] = np.fromiter(
-            map(set, split_list(flat, np.diff(np.r_[cuts, len(flat)]))),
+            map(dict.fromkeys, split_list(flat, np.diff(np.r_[cuts, len(flat)]))),
             dtype=object,
             count=len(owners),
         )
@@ -665,7 +669,7 @@ class CountDistinct(CombineFn):
 
     def merge(self, acc, groups, n):
         groups = np.asarray(groups)
-        out = _empty_sets(n)
+        out = _empty_value_sets(n)
         if not len(groups):
             return {"distinct": out}
         order, owners, cuts = _runs(groups)
@@ -674,7 +678,7 @@ class CountDistinct(CombineFn):
         out[owners] = sets[rank == 0]
         for r in range(1, int(rank.max()) + 1):
             at = rank == r
-            collections.deque(map(set.update, out[owner[at]], sets[at]), maxlen=0)
+            collections.deque(map(dict.update, out[owner[at]], sets[at]), maxlen=0)
         return {"distinct": out}
 
     def extract(self, acc):
@@ -689,15 +693,16 @@ class CountDistinct(CombineFn):
             array = array.combine_chunks()
         if isinstance(array.type, arrow_values.PickledType):  # rows pickled whole
             rows = arrow_values.objects_from_arrow(array)
-            return np.fromiter(map(set, map(_plain, rows)), dtype=object, count=len(rows))
+            sets = map(dict.fromkeys, map(_plain, rows))
+            return np.fromiter(sets, dtype=object, count=len(rows))
         if pa.types.is_null(array.type):  # every window empty
-            return _empty_sets(len(array))
+            return _empty_value_sets(len(array))
         offsets = array.offsets.to_numpy()
         flat = array.values.slice(offsets[0], offsets[-1] - offsets[0])
         if pa.types.is_timestamp(flat.type) or pa.types.is_duration(flat.type):
             flat = flat.cast(pa.int64())  # an earlier state's times: their ticks, as add
         values = _plain(arrow_values.array_from_arrow(flat))
-        sets = map(set, split_list(values, np.diff(offsets)))
+        sets = map(dict.fromkeys, split_list(values, np.diff(offsets)))
         return np.fromiter(sets, dtype=object, count=len(array))
 
 
