@@ -7,6 +7,10 @@ bundle is folded into its windows with grouped numpy operations:
 * ``merge(acc, groups, n)``: fold accumulator rows into ``n`` groups;
 * ``extract(acc)``: the output column.
 
+``merge`` takes over its inputs: it may return an input's accumulator object, and
+update it in place (``CountDistinct`` does), so a caller passes only accumulators
+it reads no more (the reducer's own windows', replaced by the result).
+
 A user combiner may implement only the scalar methods (``create_accumulator``,
 ``add_input``, ``merge_accumulators``, ``extract_output``, as in Beam); the
 base class then runs them once per group (a documented slow path). A combiner
