@@ -104,6 +104,28 @@ def _ranks(cuts: np.ndarray, size: int) -> np.ndarray:
     return np.arange(size) - np.repeat(cuts, np.diff(np.r_[cuts, size]))
 
 
+def _folded(items: np.ndarray, groups: np.ndarray, out: np.ndarray, fold) -> np.ndarray:
+    """``items`` folded into their groups' places of ``out`` in order: each group's
+    first item, then ``fold(sofar, nexts)`` (element-wise over object arrays) once per
+    rank of an item within its group, not once per item."""
+    if not len(groups):
+        return out
+    order, owners, cuts = _runs(groups)
+    rank = _ranks(cuts, len(groups))
+    owner, items = groups[order], items[order]
+    out[owners] = items[rank == 0]
+    for r in range(1, int(rank.max()) + 1):
+        at = rank == r
+        out[owner[at]] = fold(out[owner[at]], items[at])
+    return out
+
+
+def _updated(held: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """Each dict of ``held`` updated in place with its match in ``more``, in C."""
+    collections.deque(map(dict.update, held, more), maxlen=0)
+    return held
+
+
 def occurrences(keys: np.ndarray) -> np.ndarray:
     """Each element's occurrence number among the equal elements before it (as
     pandas' ``cumcount``), by one stable sort."""
@@ -547,21 +569,10 @@ class ToList(CombineFn):
     def merge(self, acc, groups, n):
         """Each group's tuples concatenated in order: one element-wise ``+`` per rank
         of a tuple within its group (two for the reducer's current + new)."""
-        groups = np.asarray(groups)
-        if not len(groups):
-            return {"values": empty_tuples(n)}
-        order, owners, cuts = _runs(groups)
-        out = _with_empty_tuples(np.empty(n, dtype=object), owners)  # owners': below
-        rank = _ranks(cuts, len(groups))
         values = acc["values"]
         if not isinstance(values, np.ndarray):  # a list of equal lists is no 2-d array
             values = object_array(values)
-        owner, values = groups[order], _as_tuples(values[order])
-        first = rank == 0
-        out[owner[first]] = values[first]
-        for r in range(1, int(rank.max()) + 1):
-            at = rank == r
-            out[owner[at]] = out[owner[at]] + values[at]
+        out = _folded(_as_tuples(values), np.asarray(groups), empty_tuples(n), np.add)
         return {"values": out}
 
     def extract(self, acc):
@@ -672,17 +683,8 @@ class CountDistinct(CombineFn):
         return {"distinct": out}
 
     def merge(self, acc, groups, n):
-        groups = np.asarray(groups)
-        out = _empty_value_sets(n)
-        if not len(groups):
-            return {"distinct": out}
-        order, owners, cuts = _runs(groups)
-        rank = _ranks(cuts, len(groups))
-        sets, owner = np.asarray(acc["distinct"], dtype=object)[order], groups[order]
-        out[owners] = sets[rank == 0]
-        for r in range(1, int(rank.max()) + 1):
-            at = rank == r
-            collections.deque(map(dict.update, out[owner[at]], sets[at]), maxlen=0)
+        held = np.asarray(acc["distinct"], dtype=object)
+        out = _folded(held, np.asarray(groups), _empty_value_sets(n), _updated)
         return {"distinct": out}
 
     def extract(self, acc):
