@@ -57,6 +57,7 @@ from headwater.sql.maintain.stages import SecondStage
 from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.calls import argument_error
 from headwater.sql.plan.catalog import PTIME, event_millis
+from headwater.sql.plan.columns import stream_columns_read
 from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
@@ -86,8 +87,11 @@ class SqlRun:
         return table_view(self.changelog, self.columns, as_of)
 
 
-def columns_of(plan: QueryPlan):
+def columns_of(plan: QueryPlan, read: dict[str, frozenset[str]] | None = None):
+    """A table's columns by name; with ``read``, a stream's only those in it."""
     columns = {t.name.lower(): t.columns for t in (*plan.streams, *plan.tables)}
+    for name, names in (read or {}).items():
+        columns[name.lower()] = [c for c in columns[name.lower()] if c in names]
     return lambda name: columns[name.lower()]
 
 
@@ -339,6 +343,19 @@ class SqlPlan:
     #: which rows of a key the reducer keeps (None: all): a Top-N's first rows
     keep: TopRows | None = None
 
+    @property
+    def values(self) -> list[str]:
+        """The union input's columns the reducer takes: every stream's, so that
+        the rows it drops are dead letters with all their columns, though it
+        keeps only those the query reads (:attr:`aggregations`)."""
+        return [SOURCE, *(u for layout in self.layouts for u in layout.union)]
+
+    @property
+    def unread(self) -> tuple[str, ...]:
+        """The union columns the query does not read: carried to the reducer for
+        its dead letters only."""
+        return tuple(c for c in self.values if c not in self.aggregations)
+
 
 def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True) -> SqlPlan:
     """The query's streaming plan. A plain windowed aggregate compiles to the fast
@@ -363,11 +380,13 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
                 timestamps=frozenset(c for c, t in types.items() if pa.types.is_timestamp(t)),
             )
         )
+    read = stream_columns_read(plan)
+    kept = [layout.reading(read[layout.name]) for layout in layouts]
     tables = {t.name: t.local_frame() for t in plan.tables}
     try:
         maintainer = GroupMaintainer(
-            group_sql(plan),
-            tuple(layouts),
+            group_sql(plan, read),
+            tuple(kept),
             tables,
             plan.name,
             batched,
@@ -377,10 +396,10 @@ def compile_sql(plan: QueryPlan, fast: bool | None = None, batched: bool = True)
         )
     except SqlError as exc:
         raise _engine_error(exc, plan) from None
-    union = [SOURCE, *(u for layout in layouts for u in layout.union)]
+    union = [SOURCE, *(u for layout in kept for u in layout.union)]
     strategy = plan.windowing()
     aggregations = {u: (RowValues(), u) for u in union}
-    keep = _kept_rows(plan, layouts, maintainer)
+    keep = _kept_rows(plan, kept, maintainer)
     return SqlPlan(plan, strategy, aggregations, tuple(layouts), maintainer, keep)
 
 
@@ -400,14 +419,15 @@ def _kept_rows(
     return TopRows(first.n, tuple((union[c.lower()], desc) for c, desc in first.order))
 
 
-def group_sql(plan: QueryPlan) -> str:
+def group_sql(plan: QueryPlan, read: dict[str, frozenset[str]] | None = None) -> str:
     """The DuckDB text the general path evaluates per group: windowing TVFs bound to
-    the group's window, or computed over the group's rows (keyed groups)."""
+    the group's window, or computed over the group's rows (keyed groups). ``read``:
+    the streams' columns that the groups keep (:func:`stream_columns_read`)."""
     mode = "group" if plan.group_mode else "compute"
     reach = plan.key.reach if plan.group_mode else 0
     core = plan.key.interval.core() if plan.key.interval is not None else None
     return to_engine_sql(
-        plan.group_query, "duckdb", columns_of(plan), mode=mode, reach=reach, core=core
+        plan.group_query, "duckdb", columns_of(plan, read), mode=mode, reach=reach, core=core
     )
 
 
@@ -560,7 +580,7 @@ def run_stages(plan: QueryPlan, run: SqlRun) -> SqlRun:
 def _replay(sql: SqlPlan, as_of: int | None) -> SqlRun:
     """The general path, step by step."""
     rows = union_rows(sql)
-    values = [c for c in rows.columns if c in sql.aggregations]
+    values = sql.values
     forms = DeadLetterForms(
         null_event_time=lambda f: dead_letters(f, NULL_EVENT_TIME, sql),
         dropped=lambda d: dead_letters(d, d["reason"], sql),

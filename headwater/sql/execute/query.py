@@ -239,6 +239,7 @@ class SqlQuery:
             lines.append(f"  runs on: {path}")
             if general is not None:
                 lines.append(f"  general path evaluation: {_describe_batch(plan, general)}")
+                lines.append(f"  general path keeps: {_columns_kept(general)}")
             lines.append(f"  on Spark streams: {_describe_spark_path(plan)}")
         return "\n".join(lines)
 
@@ -271,6 +272,23 @@ def _kept_text(plan: QueryPlan, compiled: Any) -> str:
         f" that can still be among its first {first.n} by {by} (with those tied with the last"
         " of them or NULL there); the others are dropped, which changes no result"
     )
+
+
+def _columns_kept(compiled: Any) -> str:
+    """Which columns of each stream the general path's groups keep
+    (:mod:`headwater.sql.plan.columns`): the others reach the dead letters only."""
+    if not isinstance(compiled, SqlPlan):
+        return "every column"
+    parts = []
+    for every, kept in zip(compiled.layouts, compiled.maintainer.streams, strict=True):
+        if kept.columns == every.columns:
+            parts.append(f"every column of {every.name}")
+        else:
+            parts.append(
+                f"{every.name}'s {', '.join(kept.columns)} (the columns the query reads;"
+                f" its dead letters have all {len(every.columns)})"
+            )
+    return "; ".join(parts)
 
 
 def _describe_batch(plan: QueryPlan, compiled: Any) -> str:

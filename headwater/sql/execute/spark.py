@@ -105,7 +105,7 @@ def write_union_timeline(sql: SqlPlan, path: str, as_of: int | None) -> np.ndarr
     rows = union_rows(sql)
     rows = rows[~np.isnan(rows[EVENT_TIME].to_numpy(np.float64))]
     ptimes, marks = steps_of(sql.query, rows, as_of)
-    values = [c for c in rows.columns if c in sql.aggregations]
+    values = sql.values
     columns = {c: _spark_type(rows[c]) for c in values}
     arrival = rows[PTIME_COLUMN].to_numpy(np.int64)
     steps = []
@@ -268,7 +268,7 @@ class SparkSqlQuery(SqlQuery):
             plan,
             transform=sql.maintainer,
             timestamps="ms",
-            carry=carry,
+            carry=(*sql.unread, *carry),
             end_of_input=end_of_input,
             state_ttl=key_ttl(sql.query),
             keep=sql.keep,

@@ -58,6 +58,18 @@ class StreamLayout:
     types: tuple[pa.DataType, ...]
     timestamps: frozenset[str]
 
+    def reading(self, read: frozenset[str]) -> StreamLayout:
+        """This layout with only the columns in ``read``: what the groups keep and
+        evaluate (the union input and its dead letters keep them all)."""
+        kept = [i for i, c in enumerate(self.columns) if c in read]
+        return StreamLayout(
+            name=self.name,
+            columns=tuple(self.columns[i] for i in kept),
+            union=tuple(self.union[i] for i in kept),
+            types=tuple(self.types[i] for i in kept),
+            timestamps=self.timestamps & read,
+        )
+
 
 _WINDOW = ["key", "window_start", "window_end"]
 #: The epoch ms a pandas timestamp can hold.
