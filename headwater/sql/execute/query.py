@@ -274,11 +274,9 @@ def _kept_text(plan: QueryPlan, compiled: Any) -> str:
     )
 
 
-def _columns_kept(compiled: Any) -> str:
+def _columns_kept(compiled: SqlPlan) -> str:
     """Which columns of each stream the general path's groups keep
     (:mod:`headwater.sql.plan.columns`): the others reach the dead letters only."""
-    if not isinstance(compiled, SqlPlan):
-        return "every column"
     parts = []
     for every, kept in zip(compiled.layouts, compiled.maintainer.streams, strict=True):
         if kept.columns == every.columns:
