@@ -487,7 +487,8 @@ def latency_progress(name: str, entry: dict[str, Any]) -> str:
         lambda r: (
             f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
             f"{r['batches']} batches of median {_ms(r['batch_median_ms'])} ms"
-            f"{_phases(r.get('phase_median_ms') or {})}"
+            f"{_phases(r.get('phase_median_ms') or {})}, "
+            f"{r.get('compilations')} compilations of generated code"
         ),
     )
 

@@ -229,6 +229,8 @@ def test_latency_mode_on_spark(spark, capsys, tmp_path):
         # Spark's phases of the measured batches, to compare the engines phase by phase
         if r["batches"]:
             assert {"addBatch", "walCommit", "triggerExecution"} <= set(r["phase_median_ms"])
+        # the JVM's compilations of generated code while the fed batches ran
+        assert isinstance(r["compilations"], int) and r["compilations"] >= 0
     assert result["queries"]["q6"]["headwater"]["status"] == "refused"
     assert result["queries"]["q6"]["spark"]["status"] == "not written"
     # --order fair: q0 ran untimed on both engines over the warm-up events first

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -468,7 +469,8 @@ class _Discarding:
 def test_a_discarding_sink_gets_every_change_without_ver(spark, tmp_path):
     """A discarding sink (a blackhole) reads no column: it is handed each batch's
     changes uncollected and without ``ver`` (no window numbers them, no counts are
-    kept), and they are the collected path's changelog less ``ver``, batch by batch.
+    kept) and ``ptime`` (the batch's constant), and they are the collected path's
+    changelog less those, batch by batch.
     A later run from its checkpoint into a sink that reads ``ver`` is refused, with
     the checkpoint named: the changes before were never counted."""
     parts = tmp_path / "bids"
@@ -482,10 +484,12 @@ def test_a_discarding_sink_gets_every_change_without_ver(spark, tmp_path):
         end_of_input=False,
     ).awaitTermination()
     collected, _ = _run(spark, data, tmp_path / "collected", end_of_input=False)
-    assert len(hole.batches) == 2 and all("ver" not in b for b in hole.batches.values())
+    assert len(hole.batches) == 2
+    assert all("ver" not in b and "ptime" not in b for b in hole.batches.values())
     less_ver = [part.drop(columns="ver") for part in collected]
-    assert _log(list(hole.batches.values()), tmp_path / "hole") == _log(
-        less_ver, tmp_path / "collected"
+    discarded = pd.concat(list(hole.batches.values()), ignore_index=True)
+    assert sorted(tuple(str(v) for v in row) for row in discarded.itertuples(index=False)) == (
+        _log(less_ver, tmp_path / "collected")
     )
     _write(parts, FILES)
     in_arrival_order([os.path.join(parts, f"part-{i:03d}.csv") for i in range(len(FILES))])
@@ -498,8 +502,7 @@ def test_a_batch_is_one_statement_over_its_view(spark):
     """``batch_sql``: the rows on time of the batch's view (not late by the watermark
     and the allowed lateness, a NULL event time left out), the stream's columns by
     their union names (timestamps from ms), the query over them by position, cast to
-    the sink's types, with ``undo`` and ``ptime``; names with backticks and blanks
-    quoted."""
+    the sink's types, with ``undo``; names with backticks and blanks quoted."""
     from pyspark.sql.types import LongType, TimestampType
 
     from headwater.sql.execute.stateless_spark import (
@@ -524,20 +527,83 @@ def test_a_batch_is_one_statement_over_its_view(spark):
     schema = "__src long, __t0_0 long, __t0_1 int, ts long"
     rows = [(0, 1_000, 5, 1_000), (0, 2_000, 6, 2_000), (0, 3_000, 7, None), (0, 4_000, 3, 4_000)]
     spark.createDataFrame(rows, schema).createOrReplaceTempView(BATCH_VIEW)
-    late = spark.sql(batch_sql(query, 1_500, 7)).toPandas()  # 1,000 + 1 + 10 <= 1,500
-    assert list(late.columns) == ["when", "p`x 2", "undo", "ptime", "__hw_et"]
+    late = spark.sql(batch_sql(query, 1_500, changelog=True)).toPandas()  # 1,000 + 1 + 10 <= 1,500
+    assert list(late.columns) == ["when", "p`x 2", "undo", "__hw_et"]
     assert late.to_dict("records") == [
-        {
-            "when": pd.Timestamp(2_000, unit="ms"),
-            "p`x 2": 12,
-            "undo": False,
-            "ptime": pd.Timestamp(7, unit="ms"),
-            "__hw_et": 2_000,
-        }
+        {"when": pd.Timestamp(2_000, unit="ms"), "p`x 2": 12, "undo": False, "__hw_et": 2_000}
     ]
+    edge = spark.sql(batch_sql(query, 1_010)).collect()  # 1,000 + 1 + 10 > 1,010: on time
+    assert sorted(r["__hw_et"] for r in edge) == [1_000, 2_000]
+    discarded = spark.sql(batch_sql(query, 1_500, changelog=True, event_time=False))
+    assert discarded.columns == ["when", "p`x 2", "undo"]
     on_time = spark.sql(batch_sql(query, None))
     assert on_time.schema["p`x 2"].dataType == LongType()  # cast from the query's int
     assert sorted(r["__hw_et"] for r in on_time.collect()) == [1_000, 2_000]
+
+
+def _compilations(spark) -> int:
+    """How many times Spark has compiled generated Java code in this JVM."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return metrics.METRIC_COMPILATION_TIME().getCount()
+
+
+def test_a_later_batch_compiles_no_code(spark, tmp_path):
+    """Each batch's statement generates the code of the batch before it, though its
+    watermark differs (a DECIMAL literal, passed to the code by reference): Spark
+    compiles it once, not at every micro-batch (where an integral literal made
+    every batch compile twice, tens of milliseconds of a small batch)."""
+    from pyspark.sql.types import LongType
+
+    from headwater.sql.execute.stateless_spark import (
+        BATCH_VIEW,
+        StatelessQuery,
+        batch_sql,
+        sql_type,
+    )
+
+    query = StatelessQuery(
+        name="Bid",
+        text="SELECT p * 3, __hw_et FROM Bid WHERE p % 2 = 1",
+        view=[("p", "__t0_0", False)],
+        columns=["p3"],
+        types=[LongType()],
+        lateness=0,
+        delay=0,
+        permissive=False,
+        sql_types=(sql_type(spark, LongType()),),
+    )
+    seen = []
+    for batch in range(4):  # each batch's rows in a file of its own, as a file stream's
+        p = np.arange(40, dtype=np.int64)
+        rows = pd.DataFrame({"__src": 0, "__t0_0": p, "ts": 1_000 * batch + p})
+        rows.to_parquet(tmp_path / f"{batch}.parquet")
+        spark.read.parquet(str(tmp_path / f"{batch}.parquet")).createOrReplaceTempView(BATCH_VIEW)
+        before = _compilations(spark)
+        out = spark.sql(batch_sql(query, 1_000 * batch + 7, changelog=True))
+        seen.append(sorted(r["p3"] for r in out.collect()))
+        if batch:  # the first compiles the statement's code
+            assert _compilations(spark) == before, f"batch {batch} compiled code"
+    # each batch the rows past its watermark (ts + 1 > watermark): p of 7..39, odd
+    assert seen == [[3 * p for p in range(7, 40) if p % 2]] * 4
+
+
+def test_ptime_is_added_to_the_collected_changes():
+    """``with_ptime``: the batch's processing time after ``undo``, as Spark's
+    ``toArrow`` gives a timestamp (microseconds, UTC, not null), in the schema too."""
+    import pyarrow as pa
+    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+    from headwater.sql.execute.stateless_spark import with_ptime, with_ptime_field
+
+    table = pa.table({"p": [1, 2], "undo": [False, False], "ver": [0, 1]})
+    out = with_ptime(table, 1_700_000_000_123)
+    assert out.column_names == ["p", "undo", "ptime", "ver"]
+    assert out.schema.field("ptime") == pa.field("ptime", pa.timestamp("us", tz="UTC"), False)
+    assert out["ptime"].to_pylist() == [pd.Timestamp(1_700_000_000_123, unit="ms", tz="UTC")] * 2
+    fields = [StructField("p", LongType()), StructField("undo", BooleanType(), False)]
+    schema = with_ptime_field(StructType([*fields, StructField("ver", LongType())]))
+    assert [f.name for f in schema.fields] == ["p", "undo", "ptime", "ver"]
+    assert not schema["ptime"].nullable
 
 
 def test_columns_read_by_a_stateless_query():

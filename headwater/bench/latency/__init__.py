@@ -195,6 +195,8 @@ class LatencyRun:
     batch_ms: list[int]
     #: per phase of ``StreamingQueryProgress.durationMs``, its median over those batches
     phases_ms: dict[str, float] = field(default_factory=dict)
+    #: Spark's compilations of generated code while those batches ran (:func:`compilations`)
+    compiled: int | None = None
 
     def report(self, plan: Feed, rows: int) -> dict[str, Any]:
         missing = sorted(set(self.arrivals) - set(self.committed))
@@ -216,6 +218,7 @@ class LatencyRun:
             "batches": len(self.batch_ms),
             "batch_median_ms": float(np.median(self.batch_ms)) if self.batch_ms else None,
             "phase_median_ms": self.phases_ms,
+            "compilations": self.compiled,
             "rows": rows,
         }
 
@@ -236,6 +239,7 @@ def measure(spark, query, plan: Feed, live: Path, checkpoint_root: Path) -> Late
             raise RuntimeError(_why_not(query, "its first micro-batch did not commit"))
         checkpoint = query_checkpoint(checkpoint_root)
         read = tables_read(checkpoint)
+        compiled_before = compilations(spark)
         fed = feed(plan, live, time.time_ns())  # every table's files: the same load
         arrivals = {path: at for path, at in fed.items() if Path(path).parent.name in read}
 
@@ -243,13 +247,27 @@ def measure(spark, query, plan: Feed, live: Path, checkpoint_root: Path) -> Late
             return set(arrivals) <= set(committed_at(checkpoint))
 
         _wait(drained, DRAIN_S, query)
+        compiled = compilations(spark) - compiled_before
         progress = list(query.recentProgress)
         batches = _measured(progress)
         return LatencyRun(
-            arrivals, committed_at(checkpoint), _batch_ms(batches), phase_medians(batches)
+            arrivals,
+            committed_at(checkpoint),
+            _batch_ms(batches),
+            phase_medians(batches),
+            compiled,
         )
     finally:
         query.stop()
+
+
+def compilations(spark) -> int:
+    """How many times this JVM has compiled Spark's generated Java code (Janino, tens
+    of milliseconds each): a query whose plan's code differs from one micro-batch to
+    the next (a literal that changes, say) compiles again in every batch, where
+    Spark's own query compiles once. In ``local[N]`` the executors share the JVM."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
 def _committed(root: Path) -> bool:

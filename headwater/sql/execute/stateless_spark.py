@@ -23,8 +23,9 @@ stream's columns, with what the shard operator of the general path gives:
   batch to the next: in the driver, and in the checkpoint directory under the
   batch id (``headwater-stateless/<batch id>``), so that a restart, or a batch
   run again after a failure, numbers the same way. A sink that discards (a
-  blackhole) reads no column: it is handed the changelog without ``ver``, so
-  neither the numbering (a shuffle of every row) nor the counts are computed;
+  blackhole) reads no column: it is handed the changelog without ``ver`` and
+  ``ptime``, so neither the numbering (a shuffle of every row) nor the counts
+  are computed;
 * the end of input (:mod:`headwater.runners.spark.ending`): nothing is pending
   (every change is emitted at once), so the end adds no change and no control
   stream is read (a Python source, read in every micro-batch); as on the general
@@ -202,11 +203,23 @@ def sql_type(spark, t) -> str:
     return str(jvm_types.DataType.fromJson(t.json()).sql())
 
 
+#: The event time ``ts`` (ms) as a DECIMAL, and an integer as a DECIMAL literal.
+_DECIMAL_TS = "CAST(ts AS DECIMAL(20, 0))"
+
+
+def _decimal(value: int) -> str:
+    return f"CAST({int(value)} AS DECIMAL(20, 0))"
+
+
 def _late(F, ts, watermark: int | None, lateness: int):
     """Whether a row's instant ``[ts, ts + 1)`` plus the allowed lateness has passed."""
     if watermark is None:
         return F.lit(False)
-    return ts.isNotNull() & (ts + F.lit(1 + lateness) <= F.lit(watermark))
+    # compared as DECIMALs, not integers: the same code every batch (batch_sql)
+    decimal = "decimal(20,0)"
+    return ts.isNotNull() & (
+        ts.cast(decimal) + F.lit(1 + lateness) <= F.lit(int(watermark)).cast(decimal)
+    )
 
 
 def _letters(F, batch, late, permissive: bool, layout_cols: list[str]):
@@ -235,28 +248,41 @@ def quoted(name: str) -> str:
 BATCH_VIEW = "__hw_batch"
 
 
-def batch_sql(query: StatelessQuery, watermark: int | None, ptime: int | None = None) -> str:
+def batch_sql(
+    query: StatelessQuery, watermark: int | None, changelog: bool = False, event_time: bool = True
+) -> str:
     """The query over the rows on time of the micro-batch (the view :data:`BATCH_VIEW`) as
-    one statement: the query's columns in their types, then (with ``ptime``) ``undo``
-    and ``ptime``, then each row's event time. One statement is one analysis per
-    batch, where building it with DataFrame calls was a dozen (a tenth of a second
-    of a small batch's time, docs/nexmark.md "Latency")."""
+    one statement: the query's columns in their types, then (``changelog``) ``undo``,
+    then (``event_time``) each row's event time. One statement is one analysis per batch, where
+    building it with DataFrame calls was a dozen (a tenth of a second of a small
+    batch's time, docs/nexmark.md "Latency").
+
+    The batch's own values never appear as integers in the statement: Spark writes an
+    integral literal into the Java code it generates and compiles (Janino), so a
+    watermark or ``ptime`` that changes every batch made every batch compile its
+    code again (two compilations, tens of milliseconds, in a batch of a hundred
+    rows). The watermark is compared as a DECIMAL (Spark passes a DECIMAL literal
+    to the code as a reference, so the code is the same from one batch to the next
+    and compiled once; about 20 ns more per row), the event time's side a sum, not a
+    bare cast, which Spark's optimizer would turn back into an integer comparison;
+    ``ptime`` is added to the collected changes (:func:`with_ptime`)."""
     view = [
         (f"timestamp_millis({quoted(u)})" if stamp else quoted(u)) + f" AS {quoted(c)}"
         for c, u, stamp in query.view
     ]
     on_time = "ts IS NOT NULL"
     if watermark is not None:  # not late: the negation of _late
-        on_time += f" AND ts + {1 + query.lateness} > {int(watermark)}"
+        on_time += f" AND {_DECIMAL_TS} + {1 + query.lateness} > {_decimal(watermark)}"
     n = len(query.columns)
     inner = [f"__hw_c{i}" for i in range(n + 1)]  # the query's outputs, by position
     out = [
         f"CAST(__hw_q.{inner[i]} AS {t}) AS {quoted(c)}"
         for i, (c, t) in enumerate(zip(query.columns, query.sql_types, strict=True))
     ]
-    if ptime is not None:
-        out += ["false AS undo", f"timestamp_millis({int(ptime)}) AS ptime"]
-    out.append(f"__hw_q.{inner[n]} AS {EVENT_TIME}")
+    if changelog:
+        out.append("false AS undo")
+    if event_time:
+        out.append(f"__hw_q.{inner[n]} AS {EVENT_TIME}")
     return (
         f"WITH {quoted(query.name)} AS (SELECT {', '.join(view)}, ts AS {EVENT_TIME} "
         f"FROM {BATCH_VIEW} WHERE {on_time}) "
@@ -264,10 +290,11 @@ def batch_sql(query: StatelessQuery, watermark: int | None, ptime: int | None = 
     )
 
 
-def _rows(batch, query: StatelessQuery, watermark: int | None, ptime: int | None = None):
-    """The query over the batch's rows on time (:func:`batch_sql`)."""
+def _rows(batch, query: StatelessQuery, watermark: int | None, **columns: bool):
+    """The query over the batch's rows on time (:func:`batch_sql`; ``columns``: its
+    ``changelog`` and ``event_time``)."""
     batch.createOrReplaceTempView(BATCH_VIEW)
-    return batch.sparkSession.sql(batch_sql(query, watermark, ptime))
+    return batch.sparkSession.sql(batch_sql(query, watermark, **columns))
 
 
 def _changes(F, batch, query: StatelessQuery, versions: Versions, watermark: int | None):
@@ -292,16 +319,38 @@ def _changes(F, batch, query: StatelessQuery, versions: Versions, watermark: int
     )
 
 
-def changelog(F, changes, query: StatelessQuery, ptime: int, *extra):
+def changelog(F, changes, query: StatelessQuery, *extra):
     """The changelog of :func:`_changes`' rows: the query's columns, ``undo``,
-    ``ptime``, ``ver`` (when they have it: :func:`_rows`' do not), then ``extra``."""
+    ``ver`` (when they have it: :func:`_rows`' do not), then ``extra``; ``ptime``
+    is added once they are collected (:func:`with_ptime`)."""
     return changes.select(
         *[F.col(f"`{c}`") for c in query.columns],
         F.lit(False).alias("undo"),
-        F.timestamp_millis(F.lit(ptime)).alias("ptime"),
         *([F.col("ver")] if "ver" in changes.columns else []),
         *extra,
     )
+
+
+#: ``ptime`` as Spark's ``toArrow`` gives a timestamp (microseconds, UTC).
+PTIME = pa.field("ptime", pa.timestamp("us", tz="UTC"), nullable=False)
+
+
+def with_ptime(table: pa.Table, ptime: int) -> pa.Table:
+    """The collected changes (``table``: the query's columns, ``undo``, the rest) with
+    the batch's processing time ``ptime`` (ms) after ``undo``: added on the driver,
+    not in the statement, where it would be a literal compiled into each batch's
+    code (:func:`batch_sql`)."""
+    column = pa.array(np.full(table.num_rows, int(ptime) * 1000, np.int64), PTIME.type)
+    return table.add_column(table.column_names.index("undo") + 1, PTIME, column)
+
+
+def with_ptime_field(schema):
+    """A Spark schema of the changes (:func:`with_ptime`'s input) with ``ptime``."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    fields = list(schema.fields)
+    at = [f.name for f in fields].index("undo") + 1
+    return StructType([*fields[:at], StructField("ptime", TimestampType(), False), *fields[at:]])
 
 
 def as_frame(spark, table: pa.Table, schema):
@@ -456,35 +505,37 @@ class EachBatch:
         query, spark = self.query, batch.sparkSession
         watermark, ptime, horizon = times
         if query.on_driver:  # the changelog's columns in the one statement
-            out = _rows(batch, query, watermark, ptime)
+            out = _rows(batch, query, watermark, changelog=True)
         else:
             changes = _changes(F, batch, query, versions, watermark)
-            out = changelog(F, changes, query, ptime, F.col(EVENT_TIME))
+            out = changelog(F, changes, query, F.col(EVENT_TIME))
         table = out.toArrow()  # the batch's one job of changes
         latest = pc.max(table[EVENT_TIME]).as_py()
         floor = kept_from(horizon, latest, query.delay)
         counts = tally(table, floor, query.lateness)
         if self.sink is not None:
-            log = table.drop_columns([EVENT_TIME])
+            log = with_ptime(table.drop_columns([EVENT_TIME]), ptime)
             if query.on_driver:
                 log = log.append_column("ver", numbered(table, query.columns, versions))
             if getattr(self.sink, "takes_arrow", False):
                 self.sink(log, batch_id)
             else:  # the schema only then: it is one more round trip to Spark
-                schema = out.drop(EVENT_TIME).schema
+                schema = with_ptime_field(out.drop(EVENT_TIME).schema)
                 if query.on_driver:
                     schema = schema.add("ver", "long", nullable=False)
                 self.sink(as_frame(spark, log, schema), batch_id)
         return counts, floor
 
     def _discarded(self, batch, times: tuple[int | None, int, int], batch_id: int) -> None:
-        """The batch's changelog without ``ver``, handed uncollected to a sink that
-        discards it (a blackhole runs it in one job). It reads no column, and ``ver``
-        is headwater's own (no row of Flink's or Spark's has one): numbering it is a
-        window, a shuffle and a sort of every row, that a discarding sink never sees."""
-        watermark, ptime, _ = times
-        out = _rows(batch, self.query, watermark, ptime)
-        self.sink(out.drop(EVENT_TIME), batch_id)
+        """The batch's changelog without ``ver`` and ``ptime``, handed uncollected to a
+        sink that discards it (a blackhole runs it in one job). It reads no column, and
+        ``ver`` is headwater's own (no row of Flink's or Spark's has one): numbering it
+        is a window, a shuffle and a sort of every row, that a discarding sink never
+        sees; ``ptime``, the batch's constant, would be a literal compiled into each
+        batch's code (:func:`batch_sql`)."""
+        watermark, _, _ = times
+        out = _rows(batch, self.query, watermark, changelog=True, event_time=False)
+        self.sink(out, batch_id)
 
 
 def start(
