@@ -237,6 +237,11 @@ def test_latency_mode_on_spark(spark, capsys, tmp_path):
     warm = tmp_path / "warmup"
     assert (warm / "checkpoint-q0").is_dir()
     assert (warm / "native-checkpoint-q0" / "commits").is_dir()
+    # and the first query's latency run once, untimed, on both engines, over a feed
+    fed = tmp_path / "warmup-feed"
+    assert (fed / "staged" / "bid").is_dir()
+    assert list((fed / "latency-checkpoint-q0").rglob("commits"))
+    assert (fed / "native-latency-checkpoint-q0" / "commits").is_dir()
     table = latency_markdown(result)
     assert "| q0 | " in table and "| query | engine | addBatch |" in table
 
