@@ -6,8 +6,7 @@
 
 computes the query's whole changelog (every column, ``undo``, ``ptime``,
 ``ver``; on Spark's stateless path no ``ver`` and no ``ptime``, which it never
-reads) and discards
-it, counting its rows
+reads) and discards it, counting its rows
 (:class:`~headwater.io.sinks.blackhole.BlackholeSink`): NEXMark's sink, which
 times the query and not a sink. A blackhole is only a sink; options other than
 ``'connector'`` are an error naming the option.

@@ -253,9 +253,9 @@ def batch_sql(
 ) -> str:
     """The query over the rows on time of the micro-batch (the view :data:`BATCH_VIEW`) as
     one statement: the query's columns in their types, then (``changelog``) ``undo``,
-    then (``event_time``) each row's event time. One statement is one analysis per batch, where
-    building it with DataFrame calls was a dozen (a tenth of a second of a small
-    batch's time, docs/nexmark.md "Latency").
+    then (``event_time``) each row's event time. One statement is one analysis per
+    batch, where building it with DataFrame calls was a dozen (a tenth of a second
+    of a small batch's time, docs/nexmark.md "Latency").
 
     The batch's own values never appear as integers in the statement: Spark writes an
     integral literal into the Java code it generates and compiles (Janino), so a
@@ -263,9 +263,9 @@ def batch_sql(
     code again (two compilations, tens of milliseconds, in a batch of a hundred
     rows). The watermark is compared as a DECIMAL (Spark passes a DECIMAL literal
     to the code as a reference, so the code is the same from one batch to the next
-    and compiled once; about 20 ns more per row), the event time's side a sum, not a
-    bare cast, which Spark's optimizer would turn back into an integer comparison;
-    ``ptime`` is added to the collected changes (:func:`with_ptime`)."""
+    and compiled once, for a dearer comparison per row), the event time's side a
+    sum, not a bare cast, which Spark's optimizer would turn back into an integer
+    comparison; ``ptime`` is added to the collected changes (:func:`with_ptime`)."""
     view = [
         (f"timestamp_millis({quoted(u)})" if stamp else quoted(u)) + f" AS {quoted(c)}"
         for c, u, stamp in query.view
