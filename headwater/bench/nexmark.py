@@ -473,10 +473,7 @@ def bench_latency(args, names: list[str], engines: list[str]) -> dict[str, Any]:
             warm(name)  # fair: the query's plans compiled on both engines first
             ran = {}
             for engine in run_order(args, i, engines):
-                if engine == "headwater":
-                    ran[engine] = latency_headwater(name, args, plan, work)
-                else:
-                    ran[engine] = latency_native(name, plan, work, getattr(args, "sink", "table"))
+                ran[engine] = latency_run(engine, name, args, plan, work)
             skipped = {"status": "not measured", "reason": "Spark engines only"}
             result["queries"][name].update({e: ran.get(e, skipped) for e in engines})
             print(latency_progress(name, result["queries"][name]), file=out, flush=True)
@@ -501,10 +498,15 @@ def warm_latency(args, work: Path, name: str, engines: list[str]) -> None:
     where.mkdir(exist_ok=True)
     plan = latency.stage(generated(small), where, args.rate, args.events_per_file)
     for engine in run_order(args, 0, engines):
-        if engine == "headwater":
-            latency_headwater(name, small, plan, where)
-        elif engine == "spark":
-            latency_native(name, plan, where, getattr(args, "sink", "table"))
+        latency_run(engine, name, small, plan, where)
+
+
+def latency_run(engine: str, name: str, args, plan: latency.Feed, work: Path) -> dict[str, Any]:
+    """One engine's latency run of query ``name`` over ``plan``'s feed (``engine``:
+    headwater, or spark, Spark's own query)."""
+    if engine == "headwater":
+        return latency_headwater(name, args, plan, work)
+    return latency_native(name, plan, work, getattr(args, "sink", "table"))
 
 
 def latency_progress(name: str, entry: dict[str, Any]) -> str:

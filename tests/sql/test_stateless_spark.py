@@ -541,12 +541,6 @@ def test_a_batch_is_one_statement_over_its_view(spark):
     assert sorted(r["__hw_et"] for r in on_time.collect()) == [1_000, 2_000]
 
 
-def _compilations(spark) -> int:
-    """How many times Spark has compiled generated Java code in this JVM."""
-    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
-    return metrics.METRIC_COMPILATION_TIME().getCount()
-
-
 def test_a_later_batch_compiles_no_code(spark, tmp_path):
     """Each batch's statement generates the code of the batch before it, though its
     watermark differs (a DECIMAL literal, passed to the code by reference): Spark
@@ -554,6 +548,7 @@ def test_a_later_batch_compiles_no_code(spark, tmp_path):
     every batch compile twice, tens of milliseconds of a small batch)."""
     from pyspark.sql.types import LongType
 
+    from headwater.bench.latency import compilations
     from headwater.sql.execute.stateless_spark import (
         BATCH_VIEW,
         StatelessQuery,
@@ -578,11 +573,11 @@ def test_a_later_batch_compiles_no_code(spark, tmp_path):
         rows = pd.DataFrame({"__src": 0, "__t0_0": p, "ts": 1_000 * batch + p})
         rows.to_parquet(tmp_path / f"{batch}.parquet")
         spark.read.parquet(str(tmp_path / f"{batch}.parquet")).createOrReplaceTempView(BATCH_VIEW)
-        before = _compilations(spark)
+        before = compilations(spark)
         out = spark.sql(batch_sql(query, 1_000 * batch + 7, changelog=True))
         seen.append(sorted(r["p3"] for r in out.collect()))
         if batch:  # the first compiles the statement's code
-            assert _compilations(spark) == before, f"batch {batch} compiled code"
+            assert compilations(spark) == before, f"batch {batch} compiled code"
     # each batch the rows past its watermark (ts + 1 > watermark): p of 7..39, odd
     assert seen == [[3 * p for p in range(7, 40) if p % 2]] * 4
 

@@ -203,23 +203,20 @@ def sql_type(spark, t) -> str:
     return str(jvm_types.DataType.fromJson(t.json()).sql())
 
 
-#: The event time ``ts`` (ms) as a DECIMAL, and an integer as a DECIMAL literal.
-_DECIMAL_TS = "CAST(ts AS DECIMAL(20, 0))"
-
-
-def _decimal(value: int) -> str:
-    return f"CAST({int(value)} AS DECIMAL(20, 0))"
+def _passed(watermark: int, lateness: int) -> str:
+    """Spark SQL: whether the instant ``[ts, ts + 1)`` of a row plus the allowed
+    lateness has passed ``watermark``, compared as DECIMALs, not integers, so that
+    the code Spark generates is the same every batch (:func:`batch_sql`)."""
+    return (
+        f"CAST(ts AS DECIMAL(20, 0)) + {1 + lateness} <= CAST({int(watermark)} AS DECIMAL(20, 0))"
+    )
 
 
 def _late(F, ts, watermark: int | None, lateness: int):
     """Whether a row's instant ``[ts, ts + 1)`` plus the allowed lateness has passed."""
     if watermark is None:
         return F.lit(False)
-    # compared as DECIMALs, not integers: the same code every batch (batch_sql)
-    decimal = "decimal(20,0)"
-    return ts.isNotNull() & (
-        ts.cast(decimal) + F.lit(1 + lateness) <= F.lit(int(watermark)).cast(decimal)
-    )
+    return ts.isNotNull() & F.expr(_passed(watermark, lateness))
 
 
 def _letters(F, batch, late, permissive: bool, layout_cols: list[str]):
@@ -272,7 +269,7 @@ def batch_sql(
     ]
     on_time = "ts IS NOT NULL"
     if watermark is not None:  # not late: the negation of _late
-        on_time += f" AND {_DECIMAL_TS} + {1 + query.lateness} > {_decimal(watermark)}"
+        on_time += f" AND NOT ({_passed(watermark, query.lateness)})"
     n = len(query.columns)
     inner = [f"__hw_c{i}" for i in range(n + 1)]  # the query's outputs, by position
     out = [
