@@ -76,6 +76,7 @@ from headwater.sql.maintain.aggregate import AggregateMaintainer, Call
 from headwater.sql.plan.catalog import PTIME, Table, event_millis
 from headwater.sql.plan.fast_path import AGGREGATES, Shape, analyze_shape, bare
 from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.translate import engine_expression
 
 #: Columns of the pre-projected rows (the model's input).
 KEY, ET, KEEP = "__gkey", "__et", "__keep"
@@ -312,13 +313,14 @@ def _pre_projection(shape: Shape, types, args, stamps: set[str]) -> Projection:
             key[engine] = f"to_json(named_struct({fields}))"
         out = {}
         for name, node in args.items():
-            text = node.sql(dialect=engine)
+            text = engine_expression(node, engine)
             if where is not None:
-                text = f"CASE WHEN {where.sql(dialect=engine)} THEN {text} END"
+                text = f"CASE WHEN {engine_expression(where, engine)} THEN {text} END"
             out[name] = millis[engine].format(text) if name in stamps else text
         arg_sql[engine] = out
     keep = {
-        e: f"CASE WHEN {where.sql(dialect=e)} THEN 1 END" if where is not None else "" for e in key
+        e: f"CASE WHEN {engine_expression(where, e)} THEN 1 END" if where is not None else ""
+        for e in key
     }
     return Projection(key=key, keep=keep, args=arg_sql)
 

@@ -58,6 +58,7 @@ from headwater.sql.parse.dialect import WindowTVF
 from headwater.sql.plan.calls import argument_error
 from headwater.sql.plan.catalog import PTIME, event_millis
 from headwater.sql.plan.columns import stream_columns_read
+from headwater.sql.plan.epochs import mark_interval_epochs
 from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
@@ -239,12 +240,46 @@ def validate(plan: QueryPlan) -> None:
         relation.limit(0).fetchall()
     except duckdb.Error as exc:
         raise _engine_error(exc, plan) from None
+    mark_interval_epochs(plan.query, lambda probe: _binds(con, probe, plan))
     if plan.is_stream:
         _check_flat_results(plan, relation.columns, relation.types)
 
 
+def _binds(con: duckdb.DuckDBPyConnection, query: exp.Expression, plan: QueryPlan) -> bool:
+    """Whether ``query`` (a variant of the plan's) binds over the empty tables."""
+    try:
+        con.sql(to_engine_sql(query, "duckdb", columns_of(plan))).limit(0).fetchall()
+    except duckdb.Error:
+        return False
+    return True
+
+
 #: DuckDB's nested types: values a changelog cannot net, number or order.
 _NESTED = ("LIST", "STRUCT", "MAP", "ARRAY", "UNION")
+
+
+def result_position(plan: QueryPlan, name: str) -> tuple[int | None, int | None]:
+    """(line, col) of the select item of result column ``name`` (else the first item)."""
+    select = plan.query if isinstance(plan.query, exp.Select) else None
+    items = select.expressions if select is not None else []
+    placed = [e for e in items if e.alias_or_name == name] or items[:1]
+    return position(placed[0]) if placed else (None, None)
+
+
+def check_spark_results(plan: QueryPlan) -> None:
+    """SqlError at the select item of a result column a Spark stream cannot carry:
+    an INTERVAL (DuckDB's months, days and microseconds have no Spark type; the
+    bounded query's result is collected, so it keeps them)."""
+    for name, kind in result_types(plan):
+        if kind != "INTERVAL":
+            continue
+        raise SqlError(
+            f"result column {name!r} is an INTERVAL: a Spark stream's results have no "
+            "interval type",
+            *result_position(plan, name),
+            "Select a number: EXTRACT(EPOCH FROM ended - started) (seconds), "
+            "DATE_DIFF('millisecond', started, ended) or TIMESTAMPDIFF(SECOND, started, ended)",
+        )
 
 
 def _check_flat_results(plan: QueryPlan, names: list[str], types: list) -> None:
@@ -255,10 +290,7 @@ def _check_flat_results(plan: QueryPlan, names: list[str], types: list) -> None:
     for name, kind in zip(names, types, strict=True):
         if getattr(kind, "id", "").upper() not in _NESTED:
             continue
-        select = plan.query if isinstance(plan.query, exp.Select) else None
-        items = select.expressions if select is not None else []
-        placed = [e for e in items if e.alias_or_name == name] or items[:1]
-        line, col = position(placed[0]) if placed else (None, None)
+        line, col = result_position(plan, name)
         raise SqlError(
             f"result column {name!r} is a {kind} value: a streaming result's columns "
             "are plain values (its changelog compares rows)",

@@ -48,6 +48,7 @@ from headwater.sql.execute.local import (
     NULL_KEY,
     SqlPlan,
     SqlRun,
+    check_spark_results,
     columns_of,
     compile_sql,
     event_times,
@@ -75,6 +76,7 @@ from headwater.sql.plan.catalog import RAW_RECORD, SOURCE_FILE, Table
 from headwater.sql.plan.functions import Functions, function_error, register_spark
 from headwater.sql.plan.planner import QueryPlan
 from headwater.sql.plan.quality import QualityQuery
+from headwater.sql.plan.spark_meanings import check_spark_meanings
 from headwater.sql.plan.stateless import why_not as stateless_why_not
 from headwater.sql.plan.translate import to_engine_sql
 
@@ -156,6 +158,7 @@ class SparkSqlQuery(SqlQuery):
         fast_path: bool = True,
     ):
         super().__init__(text, tables, name, functions, state_ttl=state_ttl, fast_path=fast_path)
+        check_spark_meanings(self.plan.query)
         self.spark = spark or spark_session()
 
     def stage_notes(self) -> list[str]:
@@ -221,7 +224,7 @@ class SparkSqlQuery(SqlQuery):
                 return as_pandas(self.bounded())
             return super().to_pandas(as_of)
         except Exception as exc:  # Spark's (a worker's traceback): a user function's?
-            error = function_error(str(exc))
+            error = function_error(str(exc)) or row_error(exc)
             if error is None:
                 raise
             raise error from None
@@ -325,6 +328,7 @@ class SparkSqlQuery(SqlQuery):
         from pyspark.sql import functions as F
 
         _refuse_corrections(self.plan.streams)
+        check_spark_results(self.plan)
         for table in self.plan.streams:
             table.check_spark_event_time()
             if isinstance(table.watermark, SlackStrategy | QualityQuery):
@@ -496,6 +500,36 @@ def _start_rows(spark, start: pd.DataFrame, schema):
     rows = [tuple(r) for r in rows.where(rows.notna(), None).itertuples(index=False)]
     frame = spark.createDataFrame(rows, T.StructType(fields))
     return frame.withColumn("ptime", F.timestamp_millis(F.col("ptime")))
+
+
+def row_error(exc: Exception) -> SqlError | None:
+    """Spark's error on a value of the query's rows (an ANSI cast, an overflow, a
+    division by zero) as a SqlError that says so, without the JVM's stack; None
+    for any other exception."""
+    from pyspark.errors import PySparkException
+
+    if not isinstance(exc, PySparkException) or not hasattr(exc, "getErrorClass"):
+        return None
+    kind = exc.getErrorClass() or ""
+    if not kind.startswith(_ROW_ERRORS):
+        return None
+    text = re.sub(r"^\[[A-Z_.]+\] *", "", str(exc).split("\n")[0]).split(" SQLSTATE")[0]
+    text = re.sub(r" (Use|If necessary set) .*$", "", text)
+    return SqlError(
+        f"Spark failed on a value of the query's rows: {text}",
+        hint="Check or convert the values first (TRY_CAST, NULLIF(divisor, 0))",
+    )
+
+
+#: Spark's error classes of a failure on a row's value.
+_ROW_ERRORS = (
+    "CAST_INVALID_INPUT",
+    "CAST_OVERFLOW",
+    "ARITHMETIC_OVERFLOW",
+    "DIVIDE_BY_ZERO",
+    "NUMERIC_VALUE_OUT_OF_RANGE",
+    "INVALID_ARRAY_INDEX",
+)
 
 
 def spark_error(exc: Exception, plan) -> SqlError:

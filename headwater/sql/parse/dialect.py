@@ -21,12 +21,15 @@ import sqlglot
 from sqlglot import exp, generator
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.parser import build_logarithm
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from headwater.sql.errors import SqlError, position, token_position
 from headwater.sql.parse.ddl import SourceDef, interval_ms, interval_sql, source_def
 from headwater.sql.parse.group_windows import GroupWindow, to_window_tvfs
+from headwater.sql.parse.time_fields import date_part, field_of
+from headwater.sql.parse.time_units import date_diff, timestamp_add, timestamp_diff
 
 __all__ = [
     "Emit",
@@ -428,6 +431,18 @@ def _floor_ceil_time(node: exp.Floor | exp.Ceil, at: Token) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=on_boundary, true=node.this.copy())], default=following)
 
 
+def _logarithm(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:
+    """``LOG(base, x)``; ``LOG(x)`` alone is refused: it is the natural logarithm in
+    Flink and Spark, the base-10 one in DuckDB and PostgreSQL."""
+    if len(args) == 1:
+        raise SqlError(
+            "LOG(x) is the natural logarithm in Flink and Spark, and base 10 in DuckDB",
+            *position(args[0]),
+            "Write LN(x), LOG10(x) or LOG(base, x)",
+        )
+    return build_logarithm(args, dialect)
+
+
 def _is_group_window(args: list[_TvfArg]) -> bool:
     """``TUMBLE(t, INTERVAL ...)``: Flink's legacy group window (in GROUP BY), whose
     arguments are a column and intervals, never named, a table or a DESCRIPTOR."""
@@ -452,9 +467,21 @@ class HeadwaterParser(BaseParser):
     FUNCTIONS = {
         **BaseParser.FUNCTIONS,
         "REGEXP_EXTRACT": _regexp_extract,
+        "LOG": _logarithm,
         "DATE_FORMAT": _date_format,
         "SPLIT_INDEX": _split_index,
         "JSON_VALUE": _json_value,
+        "DATE_DIFF": date_diff,
+        "DATEDIFF": date_diff,
+        "TIMESTAMPDIFF": timestamp_diff,
+        "TIMESTAMPADD": timestamp_add,
+        "EPOCH": field_of("EPOCH"),
+        "DATE_PART": date_part("DATE_PART"),
+        "DATEPART": date_part("DATEPART"),
+        "DAYOFWEEK": field_of("DOW"),
+        "WEEKDAY": field_of("DOW"),
+        "ISODOW": field_of("ISODOW"),
+        "DAYOFWEEKISO": field_of("ISODOW"),
     }
 
     FUNCTION_PARSERS = {
@@ -708,10 +735,27 @@ def _emit_sql(gen: generator.Generator, emit: Emit) -> str:
     return f"{gen.seg('EMIT')} {' '.join(w for w in words if w)}"
 
 
-class HeadwaterGenerator(generator.Generator):
-    """sqlglot's default generator; TVFs and EMIT in the spelling they were parsed from."""
+def _date_diff_sql(gen: generator.Generator, node: exp.DateDiff) -> str:
+    """A DATE_DIFF with a unit as DuckDB's ``DATE_DIFF('unit', start, end)``, which
+    the parser reads back (sqlglot's default is ``DATEDIFF(end, start, unit)``)."""
+    unit = node.args.get("unit")
+    if unit is None:
+        return gen.function_fallback_sql(node)
+    start, end = gen.sql(node, "expression"), gen.sql(node, "this")
+    return f"DATE_DIFF('{unit.name}', {start}, {end})"
 
-    TRANSFORMS = {**generator.Generator.TRANSFORMS, WindowTVF: _window_tvf_sql, Emit: _emit_sql}
+
+class HeadwaterGenerator(generator.Generator):
+    """sqlglot's default generator; TVFs and EMIT in the spelling they were parsed
+    from; what :mod:`~headwater.sql.parse.time_units` builds as the parser reads it."""
+
+    TRANSFORMS = {
+        **generator.Generator.TRANSFORMS,
+        WindowTVF: _window_tvf_sql,
+        Emit: _emit_sql,
+        exp.DateDiff: _date_diff_sql,
+        exp.IntDiv: lambda gen, node: gen.binary(node, "DIV"),
+    }
 
     def after_limit_modifiers(self, expression: exp.Expr) -> list[str]:
         return [*super().after_limit_modifiers(expression), self.sql(expression, "emit")]

@@ -22,6 +22,7 @@ import sqlglot
 from sqlglot import exp
 
 from headwater.sql.parse.dialect import SPLIT_INDEX, WindowTVF
+from headwater.sql.plan.epochs import INTERVAL_EPOCH, is_epoch
 
 #: The relation that holds the bounds of the group being evaluated (group mode).
 GROUP_RELATION = "__group"
@@ -244,6 +245,142 @@ def _split_once(node: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this="GET", expressions=[split, i.copy()])
 
 
+def _epoch(x: exp.Expr, interval: bool) -> exp.Expr:
+    """``EXTRACT(EPOCH FROM x)`` in Spark, which has no EPOCH field: as DuckDB, the
+    seconds (a DOUBLE) since 1970 of a time, or that an interval lasts (marked by
+    :mod:`headwater.sql.plan.epochs`; Spark casts a day-time interval to seconds)."""
+    double = exp.DataType.build("DOUBLE")
+    if interval:
+        seconds = exp.cast(
+            exp.cast(x, exp.DataType.build("INTERVAL SECOND", dialect="spark")),
+            exp.DataType.build("DECIMAL(38, 6)"),
+        )
+        return exp.cast(seconds, double)
+    micros = exp.UnixMicros(this=exp.cast(x, exp.DataType.build("TIMESTAMP")))
+    return exp.Div(this=exp.cast(micros, double), expression=exp.Literal.number(1_000_000))
+
+
+def _spark(template: str) -> exp.Expr:
+    return sqlglot.parse_one(template, read="spark")
+
+
+#: DuckDB's fields of a time that Spark's EXTRACT reads otherwise or lacks, as Spark
+#: expressions of the time ``:x``: DuckDB's DOW counts Sunday as 0 (Spark's as 1),
+#: its SECOND, MILLISECOND and MICROSECOND are whole numbers (Spark's SECOND keeps
+#: the fraction), a century begins in a year 1 (2000 is in the 20th).
+SPARK_FIELDS: dict[str, exp.Expr] = {
+    "DOW": _spark("EXTRACT(DOW FROM :x) - 1"),
+    "ISODOW": _spark("EXTRACT(DOW_ISO FROM :x)"),
+    "SECOND": _spark("CAST(EXTRACT(SECOND FROM :x) AS BIGINT)"),
+    "MILLISECOND": _spark("CAST(EXTRACT(SECOND FROM :x) * 1000 AS BIGINT)"),
+    "MICROSECOND": _spark("CAST(EXTRACT(SECOND FROM :x) * 1000000 AS BIGINT)"),
+    "DECADE": _spark("CAST(FLOOR(EXTRACT(YEAR FROM :x) / 10) AS BIGINT)"),
+    "CENTURY": _spark("CAST(FLOOR((EXTRACT(YEAR FROM :x) + 99) / 100) AS BIGINT)"),
+    "MILLENNIUM": _spark("CAST(FLOOR((EXTRACT(YEAR FROM :x) + 999) / 1000) AS BIGINT)"),
+    "ISOYEAR": _spark("EXTRACT(YEAROFWEEK FROM :x)"),
+    "YEARWEEK": _spark("EXTRACT(YEAROFWEEK FROM :x) * 100 + EXTRACT(WEEK FROM :x)"),
+}
+#: Other spellings DuckDB takes for those fields.
+_FIELD_NAMES = {"DAYOFWEEK": "DOW", "WEEKDAY": "DOW", "SECONDS": "SECOND"}
+_FIELD_NAMES |= {"MILLISECONDS": "MILLISECOND", "MICROSECONDS": "MICROSECOND"}
+
+
+def _field(node: exp.Expression) -> exp.Expression:
+    """``EXTRACT(field FROM x)`` with DuckDB's meaning of the field, in Spark's SQL
+    (:data:`SPARK_FIELDS`, and EPOCH); the fields both read alike stay."""
+    if not isinstance(node, exp.Extract) or not isinstance(node.this, exp.Var):
+        return node
+    name = node.this.name.upper()
+    name = _FIELD_NAMES.get(name, name)
+    if name != "EPOCH" and name not in SPARK_FIELDS:
+        return node
+    x = node.expression.transform(_field)  # a field of a field: the inner one too
+    if is_epoch(node):
+        return exp.Paren(this=_epoch(x, bool(node.meta.get(INTERVAL_EPOCH))))
+    filled = SPARK_FIELDS[name].transform(
+        lambda n: x.copy() if isinstance(n, exp.Placeholder) else n
+    )
+    return exp.Paren(this=filled)
+
+
+def _percentile(node: exp.Expression) -> exp.Expression:
+    """``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x)`` (and ``_DISC``) as Spark's own
+    spelling, which it computes exactly (sqlglot writes Spark's PERCENTILE_APPROX,
+    an estimate that also ignores DESC)."""
+    kinds = {exp.PercentileCont: "PERCENTILE_CONT", exp.PercentileDisc: "PERCENTILE_DISC"}
+    name = kinds.get(type(node.this)) if isinstance(node, exp.WithinGroup) else None
+    if name is None:
+        return node
+    fraction = node.this.this.transform(_field).sql(dialect="spark")
+    order = node.expression.transform(_field).sql(dialect="spark").strip()
+    return exp.var(f"{name}({fraction}) WITHIN GROUP ({order})")
+
+
+def _arg_extreme(node: exp.Expression) -> exp.Expression:
+    """DuckDB's ``ARG_MAX(x, y)`` skips the rows of a NULL ``x``; Spark's ``MAX_BY``
+    (which sqlglot writes) does not: the rows of a NULL ``x`` get a NULL ``y``,
+    which MAX_BY skips."""
+    if not isinstance(node, exp.ArgMax | exp.ArgMin) or node.args.get("count") is not None:
+        return node
+    value, by = node.this, node.expression
+    kept = exp.Case(
+        ifs=[
+            exp.If(
+                this=exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), true=by.copy()
+            )
+        ]
+    )
+    return type(node)(this=value.copy(), expression=kept)
+
+
+def _by_zero(node: exp.Expression) -> exp.Expression:
+    """Division as DuckDB's, which never fails on a zero divisor: ``a / b`` is a
+    DOUBLE, infinite (NaN for ``0 / 0``) where ``b`` is 0; ``a // b`` and ``a % b``
+    are NULL there. Spark (ANSI) fails the query instead."""
+    if isinstance(node, exp.IntDiv | exp.Mod):
+        divisor = exp.Nullif(this=node.expression.copy(), expression=exp.Literal.number(0))
+        return type(node)(this=node.this.copy(), expression=divisor)
+    if not isinstance(node, exp.Div):
+        return node
+    double = exp.DataType.build("DOUBLE")
+    a, b = exp.cast(node.this.copy(), double), node.expression.copy()
+    zero = exp.EQ(this=b.copy(), expression=exp.Literal.number(0))
+    infinite = exp.Mul(this=a.copy(), expression=exp.cast(exp.Literal.string("Infinity"), double))
+    divided = exp.Div(this=a, expression=exp.Nullif(this=b, expression=exp.Literal.number(0)))
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=zero, true=infinite)], default=divided))
+
+
+#: DuckDB's functions that Spark has under another name.
+SPARK_NAMES = {"KURTOSIS_POP": "KURTOSIS"}
+
+
+def _renamed(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Anonymous) and node.name.upper() in SPARK_NAMES:
+        return exp.Anonymous(this=SPARK_NAMES[node.name.upper()], expressions=node.expressions)
+    return node
+
+
+#: Rewrites of expressions that Spark reads otherwise than DuckDB, in order.
+SPARK_REWRITES = (
+    _by_zero,
+    _timestamp_trunc,
+    _split_once,
+    _field,
+    _percentile,
+    _arg_extreme,
+    _renamed,
+)
+
+
+def engine_expression(node: exp.Expression, target: str) -> str:
+    """One expression of a query (a Headwater-dialect AST) as ``target``'s SQL."""
+    if target == "spark":
+        node = node.copy()
+        for rewrite in SPARK_REWRITES:
+            node = node.transform(rewrite)
+    return node.sql(dialect=TARGETS[target].dialect)
+
+
 def to_engine_sql(
     query: exp.Expression,
     target: str,
@@ -265,7 +402,8 @@ def to_engine_sql(
     tree = query.copy()
     tree.set("emit", None)
     if target == "spark":
-        tree = tree.transform(_timestamp_trunc).transform(_split_once)
+        for rewrite in SPARK_REWRITES:
+            tree = tree.transform(rewrite)
     for tvf in list(tree.find_all(WindowTVF)):
         data = tvf.this
         name = data.name

@@ -1,0 +1,98 @@
+"""A function both engines have by one name means DuckDB's thing on Spark too:
+rewritten where a rewrite gives DuckDB's values (checked against DuckDB on
+the same rows), refused at the call where none does; LOG(x), whose meaning
+differs between Flink and DuckDB, is refused on every runner. Spark's failure
+on a row's value is a SqlError that says so."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+from sql_helpers import assert_same_rows, rows
+
+from headwater.sql import sql
+from headwater.sql.errors import SqlError
+from headwater.sql.parse.dialect import parse_query
+from headwater.sql.plan.spark_meanings import OTHER_MEANINGS
+
+ROWS = pd.DataFrame(
+    {
+        "g": [1, 1, 1, 1, 2, 2, 2],
+        "n": [1, 2, 3, 4, 5, 6, 7],
+        "s": ["a", "b", "c", None, "e", None, "g"],  # NULL at group 1's last n
+        "d": [2.5, -1.0, 7.0, None, 100.0, 2.345, 3.0],
+    }
+)
+#: sqlglot writes these in Spark SQL with another meaning; headwater rewrites them.
+REWRITTEN = """SELECT g,
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY d) AS median_d,
+    percentile_cont(0.25) WITHIN GROUP (ORDER BY d DESC) AS upper_quartile,
+    percentile_disc(0.5) WITHIN GROUP (ORDER BY d) AS disc,
+    arg_max(s, n) AS last_s, arg_min(s, -n) AS last_s2,
+    round(kurtosis_pop(d), 9) AS k
+FROM t GROUP BY g"""
+
+
+def duckdbs(text: str) -> list[tuple]:
+    with duckdb.connect() as con:
+        con.register("t", ROWS)
+        return rows(con.execute(text.replace(" DIV ", " // ")).df())
+
+
+def test_the_rewritten_functions_on_duckdb():
+    assert_same_rows(rows(sql(REWRITTEN, {"t": ROWS}).to_pandas()), duckdbs(REWRITTEN), False)
+
+
+@pytest.mark.spark
+def test_the_rewritten_functions_on_spark_equal_duckdbs(spark):
+    actual = sql(REWRITTEN, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
+    assert_same_rows(rows(actual), duckdbs(REWRITTEN), ordered=False)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", list(OTHER_MEANINGS))
+def test_a_function_spark_means_otherwise_is_refused_at_its_call(spark, name):
+    call = {"hash": "hash(s)", "initcap": "initcap(s)"}.get(name, f"{name}(d)")
+    text = f"SELECT g,\n  {call} AS x FROM t" + (
+        " GROUP BY g" if name in ("kurtosis", "skewness") else ""
+    )
+    assert len(sql(text, {"t": ROWS}).to_pandas())  # DuckDB's meaning on the local runner
+    with pytest.raises(SqlError, match=f"{name.upper()} means another thing on Spark") as caught:
+        sql(text, {"t": spark.createDataFrame(ROWS)}, runner="spark")
+    assert caught.value.line == 2 and caught.value.col >= 3  # the call (or its argument)
+
+
+def test_log_of_one_argument_is_refused_on_every_runner():
+    with pytest.raises(SqlError, match="natural logarithm in Flink and Spark") as caught:
+        parse_query("SELECT g,\n  LOG(d) FROM t")
+    assert (caught.value.line, caught.value.col) == (2, 7)
+    assert "LN(x), LOG10(x)" in caught.value.hint
+    both = "SELECT n, LOG(2, 8) AS two, ROUND(LOG10(100), 6) AS ten, ROUND(LN(1), 6) AS e FROM t"
+    assert rows(sql(both, {"t": ROWS.head(1)}).to_pandas()) == [(1.0, 3.0, 2.0, 0.0)]
+
+
+@pytest.mark.spark
+def test_sparks_failure_on_a_value_is_a_sql_error(spark):
+    text = "SELECT n, CAST(s AS INT) AS i FROM t"
+    with pytest.raises(
+        SqlError, match="Spark failed on a value of the query's rows: .*'not an integer: a'"
+    ):
+        sql(text, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
+
+
+#: DuckDB never fails on a zero divisor: / is infinite (NaN for 0 / 0), DIV (DuckDB's
+#: //) and % NULL.
+BY_ZERO = """SELECT n, d / (n - 3) AS q, n / (n - 3) AS r, (n - 3) / (n - 3) AS z,
+    n DIV (n - 3) AS w, n % (n - 3) AS m, d / 2 AS half, CAST(n AS DECIMAL(5, 1)) / 4 AS dq
+FROM t"""
+
+
+def test_division_by_zero_on_duckdb():
+    assert_same_rows(rows(sql(BY_ZERO, {"t": ROWS}).to_pandas()), duckdbs(BY_ZERO), False)
+
+
+@pytest.mark.spark
+def test_division_by_zero_on_spark_as_duckdb(spark):
+    actual = sql(BY_ZERO, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
+    assert_same_rows(rows(actual), duckdbs(BY_ZERO), ordered=False)
