@@ -83,7 +83,8 @@ def test_sparks_failure_on_a_value_is_a_sql_error(spark):
 
 #: DuckDB never fails on a zero divisor: / is infinite (NaN for 0 / 0), DIV (DuckDB's
 #: //) and % NULL.
-BY_ZERO = """SELECT n, d / (n - 3) AS q, n / (n - 3) AS r, (n - 3) / (n - 3) AS z,
+BY_ZERO = """SELECT n, d / (n - 3) AS q, (d / (n - 3)) / (n - 4) AS qq, n / (n - 3) AS r,
+    (n - 3) / (n - 3) AS z,
     n DIV (n - 3) AS w, n % (n - 3) AS m, d / 2 AS half, CAST(n AS DECIMAL(5, 1)) / 4 AS dq
 FROM t"""
 

@@ -337,13 +337,15 @@ def _by_zero(node: exp.Expression) -> exp.Expression:
     """Division as DuckDB's, which never fails on a zero divisor: ``a / b`` is a
     DOUBLE, infinite (NaN for ``0 / 0``) where ``b`` is 0; ``a // b`` and ``a % b``
     are NULL there. Spark (ANSI) fails the query instead."""
-    if isinstance(node, exp.IntDiv | exp.Mod):
-        divisor = exp.Nullif(this=node.expression.copy(), expression=exp.Literal.number(0))
-        return type(node)(this=node.this.copy(), expression=divisor)
-    if not isinstance(node, exp.Div):
+    if not isinstance(node, exp.Div | exp.IntDiv | exp.Mod):
         return node
+    # a division inside either side too (a replaced node's own are not visited)
+    a, b = node.this.transform(_by_zero), node.expression.transform(_by_zero)
+    if not isinstance(node, exp.Div):
+        divisor = exp.Nullif(this=b, expression=exp.Literal.number(0))
+        return type(node)(this=a, expression=divisor)
     double = exp.DataType.build("DOUBLE")
-    a, b = exp.cast(node.this.copy(), double), node.expression.copy()
+    a = exp.cast(a, double)
     zero = exp.EQ(this=b.copy(), expression=exp.Literal.number(0))
     infinite = exp.Mul(this=a.copy(), expression=exp.cast(exp.Literal.string("Infinity"), double))
     divided = exp.Div(this=a, expression=exp.Nullif(this=b, expression=exp.Literal.number(0)))
