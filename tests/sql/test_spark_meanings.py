@@ -30,13 +30,13 @@ REWRITTEN = """SELECT g,
     percentile_cont(0.25) WITHIN GROUP (ORDER BY d DESC) AS upper_quartile,
     percentile_disc(0.5) WITHIN GROUP (ORDER BY d) AS disc,
     arg_max(s, n) AS last_s, arg_min(s, -n) AS last_s2,
-    round(kurtosis_pop(d), 9) AS k
+    round(kurtosis_pop(d), 9) AS k, quantile_cont(d, 0.3) AS q3
 FROM t GROUP BY g"""
 
 
-def duckdbs(text: str) -> list[tuple]:
+def duckdbs(text: str, frame: pd.DataFrame = ROWS) -> list[tuple]:
     with duckdb.connect() as con:
-        con.register("t", ROWS)
+        con.register("t", frame)
         return rows(con.execute(text.replace(" DIV ", " // ")).df())
 
 
@@ -97,3 +97,34 @@ def test_division_by_zero_on_duckdb():
 def test_division_by_zero_on_spark_as_duckdb(spark):
     actual = sql(BY_ZERO, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
     assert_same_rows(rows(actual), duckdbs(BY_ZERO), ordered=False)
+
+
+#: SUBSTRING, LEFT, RIGHT at their edges (a start of 0 or before the text, a negative
+#: length or count), ISNAN of NULL: DuckDB's values on Spark too.
+TEXT_EDGES = (
+    "SELECT n, "
+    + ", ".join(
+        [
+            f"SUBSTRING(s, {p}, {k}) AS sub_{i}_{j}"
+            for i, p in enumerate(("-7", "-1", "0", "1", "2", "n - 3"))
+            for j, k in enumerate(("-1", "0", "2", "n - 4"))
+        ]
+        + ["LEFT(s, -1) AS l1", "LEFT(s, n - 3) AS l2", "RIGHT(s, -1) AS r1", "RIGHT(s, 2) AS r2"]
+        + ["ISNAN(d) AS nan", "SUBSTRING(s, 0) AS whole"]
+    )
+    + " FROM t"
+)
+
+
+def test_text_edges_on_duckdb():
+    frame = ROWS.assign(s=["Hello", "ab", None, "", "ünï", "xyz", "a"])
+    assert_same_rows(
+        rows(sql(TEXT_EDGES, {"t": frame}).to_pandas()), duckdbs(TEXT_EDGES, frame), False
+    )
+
+
+@pytest.mark.spark
+def test_text_edges_on_spark_as_duckdb(spark):
+    frame = ROWS.assign(s=["Hello", "ab", None, "", "ünï", "xyz", "a"])
+    actual = sql(TEXT_EDGES, {"t": spark.createDataFrame(frame)}, runner="spark").to_pandas()
+    assert_same_rows(rows(actual), duckdbs(TEXT_EDGES, frame), ordered=False)

@@ -297,10 +297,7 @@ def _field(node: exp.Expression) -> exp.Expression:
     x = node.expression.transform(_field)  # a field of a field: the inner one too
     if is_epoch(node):
         return exp.Paren(this=_epoch(x, bool(node.meta.get(INTERVAL_EPOCH))))
-    filled = SPARK_FIELDS[name].transform(
-        lambda n: x.copy() if isinstance(n, exp.Placeholder) else n
-    )
-    return exp.Paren(this=filled)
+    return exp.Paren(this=_filled(SPARK_FIELDS[name], x=x))
 
 
 def _percentile(node: exp.Expression) -> exp.Expression:
@@ -352,8 +349,53 @@ def _by_zero(node: exp.Expression) -> exp.Expression:
     return exp.Paren(this=exp.Case(ifs=[exp.If(this=zero, true=infinite)], default=divided))
 
 
+def _filled(template: exp.Expr, **values: exp.Expr) -> exp.Expr:
+    """``template`` with each placeholder ``:name`` as a copy of ``values[name]``
+    (in parentheses where it is an operation: it keeps its own precedence)."""
+    kept = {k: exp.Paren(this=v) if isinstance(v, exp.Binary) else v for k, v in values.items()}
+    return template.transform(
+        lambda n: kept[n.name].copy() if isinstance(n, exp.Placeholder) else n
+    )
+
+
+#: DuckDB's SUBSTRING(s, p, l) in Spark: DuckDB's start 0 is before the first
+#: character (Spark's is the first) and a negative length counts back from the
+#: start (Spark's is empty). ``:b`` is DuckDB's 0-based start.
+_SUBSTRING = _spark(
+    "SUBSTRING(:s, GREATEST(LEAST(:b, :b + :l), 0) + 1, "
+    "GREATEST(GREATEST(:b, :b + :l) - GREATEST(LEAST(:b, :b + :l), 0), 0))"
+)
+_START = _spark("CASE WHEN :p > 0 THEN :p - 1 WHEN :p < 0 THEN LENGTH(:s) + :p ELSE -1 END")
+#: DuckDB's LEFT(s, n) and RIGHT(s, n) for a negative n: all but -n characters.
+_KEPT = _spark("CASE WHEN :n < 0 THEN GREATEST(LENGTH(:s) + :n, 0) ELSE :n END")
+#: DuckDB's ISNAN(NULL) is NULL, Spark's false.
+_ISNAN = _spark("CASE WHEN NOT :x IS NULL THEN ISNAN(:x) END")
+
+
+def _plain(*numbers: exp.Expr | None) -> bool:
+    """Whether each is a literal whole number of at least ``0`` (or absent)."""
+    return all(n is None or (isinstance(n, exp.Literal) and n.is_int) for n in numbers)
+
+
+def _text_edges(node: exp.Expression) -> exp.Expression:
+    """SUBSTRING, LEFT, RIGHT and ISNAN with DuckDB's meaning at their edges,
+    where Spark reads them otherwise (plain positive literals are left as they are)."""
+    if isinstance(node, exp.Substring) and node.args.get("length") is not None:
+        s, p, n = node.this, node.args["start"], node.args["length"]
+        if _plain(p, n) and int(p.name) > 0:
+            return node
+        start = _filled(_START, s=s, p=p)
+        return _filled(_SUBSTRING, s=s, b=exp.Paren(this=start), l=n)
+    if isinstance(node, exp.Left | exp.Right) and not _plain(node.expression):
+        kept = _filled(_KEPT, s=node.this, n=node.expression)
+        return type(node)(this=node.this.copy(), expression=kept)
+    if isinstance(node, exp.IsNan):
+        return _filled(_ISNAN, x=node.this)
+    return node
+
+
 #: DuckDB's functions that Spark has under another name.
-SPARK_NAMES = {"KURTOSIS_POP": "KURTOSIS"}
+SPARK_NAMES = {"KURTOSIS_POP": "KURTOSIS", "QUANTILE_CONT": "PERCENTILE"}
 
 
 def _renamed(node: exp.Expression) -> exp.Expression:
@@ -370,6 +412,7 @@ SPARK_REWRITES = (
     _field,
     _percentile,
     _arg_extreme,
+    _text_edges,
     _renamed,
 )
 
