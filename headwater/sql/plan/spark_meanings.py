@@ -17,6 +17,7 @@ from headwater.sql.errors import SqlError, position
 from headwater.sql.plan.calls import first_call
 
 _LOCAL = "run the query with runner='local'"
+_RUN_LOCAL = "Run the query with runner='local'"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ OTHER_MEANINGS: dict[str, OtherMeaning] = {
     ),
     "skewness": OtherMeaning(
         "DuckDB's SKEWNESS is a sample's (bias-corrected), Spark's the population's",
-        _LOCAL[0].upper() + _LOCAL[1:],
+        _RUN_LOCAL,
     ),
 }
 
