@@ -40,16 +40,6 @@ def duckdbs(text: str, frame: pd.DataFrame = ROWS) -> list[tuple]:
         return rows(con.execute(text.replace(" DIV ", " // ")).df())
 
 
-def test_the_rewritten_functions_on_duckdb():
-    assert_same_rows(rows(sql(REWRITTEN, {"t": ROWS}).to_pandas()), duckdbs(REWRITTEN), False)
-
-
-@pytest.mark.spark
-def test_the_rewritten_functions_on_spark_equal_duckdbs(spark):
-    actual = sql(REWRITTEN, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
-    assert_same_rows(rows(actual), duckdbs(REWRITTEN), ordered=False)
-
-
 @pytest.mark.spark
 @pytest.mark.parametrize("name", list(OTHER_MEANINGS))
 def test_a_function_spark_means_otherwise_is_refused_at_its_call(spark, name):
@@ -89,16 +79,6 @@ BY_ZERO = """SELECT n, d / (n - 3) AS q, (d / (n - 3)) / (n - 4) AS qq, n / (n -
 FROM t"""
 
 
-def test_division_by_zero_on_duckdb():
-    assert_same_rows(rows(sql(BY_ZERO, {"t": ROWS}).to_pandas()), duckdbs(BY_ZERO), False)
-
-
-@pytest.mark.spark
-def test_division_by_zero_on_spark_as_duckdb(spark):
-    actual = sql(BY_ZERO, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
-    assert_same_rows(rows(actual), duckdbs(BY_ZERO), ordered=False)
-
-
 #: SUBSTRING, LEFT, RIGHT at their edges (a start of 0 or before the text, a negative
 #: length or count), ISNAN of NULL: DuckDB's values on Spark too.
 TEXT_EDGES = (
@@ -116,15 +96,23 @@ TEXT_EDGES = (
 )
 
 
-def test_text_edges_on_duckdb():
-    frame = ROWS.assign(s=["Hello", "ab", None, "", "ünï", "xyz", "a"])
-    assert_same_rows(
-        rows(sql(TEXT_EDGES, {"t": frame}).to_pandas()), duckdbs(TEXT_EDGES, frame), False
-    )
+#: Each query, over its rows, as DuckDB reads it on both runners.
+CASES = {
+    "rewritten": (REWRITTEN, ROWS),
+    "by_zero": (BY_ZERO, ROWS),
+    "text_edges": (TEXT_EDGES, ROWS.assign(s=["Hello", "ab", None, "", "ünï", "xyz", "a"])),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_on_duckdb(case):
+    text, frame = CASES[case]
+    assert_same_rows(rows(sql(text, {"t": frame}).to_pandas()), duckdbs(text, frame), False)
 
 
 @pytest.mark.spark
-def test_text_edges_on_spark_as_duckdb(spark):
-    frame = ROWS.assign(s=["Hello", "ab", None, "", "ünï", "xyz", "a"])
-    actual = sql(TEXT_EDGES, {"t": spark.createDataFrame(frame)}, runner="spark").to_pandas()
-    assert_same_rows(rows(actual), duckdbs(TEXT_EDGES, frame), ordered=False)
+@pytest.mark.parametrize("case", list(CASES))
+def test_on_spark_as_duckdb(spark, case):
+    text, frame = CASES[case]
+    actual = sql(text, {"t": spark.createDataFrame(frame)}, runner="spark").to_pandas()
+    assert_same_rows(rows(actual), duckdbs(text, frame), ordered=False)

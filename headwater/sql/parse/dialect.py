@@ -28,6 +28,7 @@ from sqlglot.tokens import Token, Tokenizer, TokenType
 from headwater.sql.errors import SqlError, position, token_position
 from headwater.sql.parse.ddl import SourceDef, interval_ms, interval_sql, source_def
 from headwater.sql.parse.group_windows import GroupWindow, to_window_tvfs
+from headwater.sql.parse.templates import filled
 from headwater.sql.parse.time_fields import date_part, field_of
 from headwater.sql.parse.time_units import date_diff, timestamp_add, timestamp_diff
 
@@ -331,14 +332,6 @@ _SPLIT_INDEX = sqlglot.parse_one(
 )
 
 
-def _filled(template: exp.Expr, names: tuple[str, ...], args: list[exp.Expr]) -> exp.Expr:
-    """``template`` with each placeholder ``:name`` as a copy of its argument."""
-    values = dict(zip(names, args, strict=True))
-    return template.transform(
-        lambda node: values[node.name].copy() if isinstance(node, exp.Placeholder) else node
-    )
-
-
 def _split_index(args: list[exp.Expr]) -> exp.Expr:
     """Flink's ``SPLIT_INDEX(s, sep, index)`` as SPLIT_PART, which both engines have."""
     if len(args) != 3:
@@ -347,7 +340,7 @@ def _split_index(args: list[exp.Expr]) -> exp.Expr:
             *position(args[0]) if args else (None, None),
             "Write e.g. SPLIT_INDEX(url, '/', 3)",
         )
-    case = _filled(_SPLIT_INDEX, ("s", "sep", "i"), args)
+    case = filled(_SPLIT_INDEX, s=args[0], sep=args[1], i=args[2])
     case.meta[SPLIT_INDEX] = True  # Spark's translation splits once (translate.py)
     return case
 
@@ -371,7 +364,7 @@ def _json_value(args: list[exp.Expr]) -> exp.Expr:
             *position(args[0]) if args else (None, None),
             "Write e.g. JSON_VALUE(payload, '$.price')",
         )
-    return _filled(_JSON_VALUE, ("s", "path"), args)
+    return filled(_JSON_VALUE, s=args[0], path=args[1])
 
 
 def _regexp_extract(args: list[exp.Expr], dialect: Dialect) -> exp.Expr:

@@ -17,7 +17,6 @@ from headwater.sql.errors import SqlError, position
 from headwater.sql.plan.calls import first_call
 
 _LOCAL = "run the query with runner='local'"
-_RUN_LOCAL = "Run the query with runner='local'"
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ OTHER_MEANINGS: dict[str, OtherMeaning] = {
     ),
     "skewness": OtherMeaning(
         "DuckDB's SKEWNESS is a sample's (bias-corrected), Spark's the population's",
-        _RUN_LOCAL,
+        f"Compute it from SUM and COUNT of powers of x, or {_LOCAL}",
     ),
 }
 

@@ -22,6 +22,7 @@ import sqlglot
 from sqlglot import exp
 
 from headwater.sql.parse.dialect import SPLIT_INDEX, WindowTVF
+from headwater.sql.parse.templates import filled
 from headwater.sql.plan.epochs import INTERVAL_EPOCH, is_epoch
 
 #: The relation that holds the bounds of the group being evaluated (group mode).
@@ -297,7 +298,7 @@ def _field(node: exp.Expression) -> exp.Expression:
     x = node.expression.transform(_field)  # a field of a field: the inner one too
     if is_epoch(node):
         return exp.Paren(this=_epoch(x, bool(node.meta.get(INTERVAL_EPOCH))))
-    return exp.Paren(this=_filled(SPARK_FIELDS[name], x=x))
+    return exp.Paren(this=filled(SPARK_FIELDS[name], x=x))
 
 
 def _percentile(node: exp.Expression) -> exp.Expression:
@@ -349,15 +350,6 @@ def _by_zero(node: exp.Expression) -> exp.Expression:
     return exp.Paren(this=exp.Case(ifs=[exp.If(this=zero, true=infinite)], default=divided))
 
 
-def _filled(template: exp.Expr, **values: exp.Expr) -> exp.Expr:
-    """``template`` with each placeholder ``:name`` as a copy of ``values[name]``
-    (in parentheses where it is an operation: it keeps its own precedence)."""
-    kept = {k: exp.Paren(this=v) if isinstance(v, exp.Binary) else v for k, v in values.items()}
-    return template.transform(
-        lambda n: kept[n.name].copy() if isinstance(n, exp.Placeholder) else n
-    )
-
-
 #: DuckDB's SUBSTRING(s, p, l) in Spark: DuckDB's start 0 is before the first
 #: character (Spark's is the first) and a negative length counts back from the
 #: start (Spark's is empty). ``:b`` is DuckDB's 0-based start.
@@ -384,13 +376,13 @@ def _text_edges(node: exp.Expression) -> exp.Expression:
         s, p, n = node.this, node.args["start"], node.args["length"]
         if _plain(p, n) and int(p.name) > 0:
             return node
-        start = _filled(_START, s=s, p=p)
-        return _filled(_SUBSTRING, s=s, b=exp.Paren(this=start), l=n)
+        start = filled(_START, s=s, p=p)
+        return filled(_SUBSTRING, s=s, b=exp.Paren(this=start), l=n)
     if isinstance(node, exp.Left | exp.Right) and not _plain(node.expression):
-        kept = _filled(_KEPT, s=node.this, n=node.expression)
+        kept = filled(_KEPT, s=node.this, n=node.expression)
         return type(node)(this=node.this.copy(), expression=kept)
     if isinstance(node, exp.IsNan):
-        return _filled(_ISNAN, x=node.this)
+        return filled(_ISNAN, x=node.this)
     return node
 
 
