@@ -41,9 +41,9 @@ def test_readme_kafka_section_runs(spark, capsys, kafka_bootstrap):
     table = namespace["read_upserts"](namespace["results"], namespace["bootstrap"])
     got = sorted(zip(table["team"], table["window_start"], table["total"], strict=True))
     assert got == [  # the run ends its input: the last window closes too
-        ("blue", "2026-01-01T09:00:00.000Z", 4),
-        ("red", "2026-01-01T09:00:00.000Z", 3),
-        ("red", "2026-01-01T09:01:00.000Z", 1),
+        ("blue", "2026-01-01T09:00:00.000000Z", 4),
+        ("red", "2026-01-01T09:00:00.000000Z", 3),
+        ("red", "2026-01-01T09:01:00.000000Z", 1),
     ]
     lake = namespace["DeltaTable"](namespace["lake"]).to_pandas()
     rows = sorted(zip(lake["team"], lake["window_start"].astype(str), lake["total"], strict=True))

@@ -62,9 +62,12 @@ def millis(day: str, clock: str) -> int:
 
 
 def iso(value: Any) -> str:
-    """A timestamp as the fixtures write it: seconds, or milliseconds when any."""
+    """A timestamp as the fixtures write it: seconds, or milliseconds when any, or
+    microseconds when any (every path keeps them, as a bounded query does)."""
     ts = pd.Timestamp(value)
-    return ts.isoformat(timespec="milliseconds" if ts.microsecond else "seconds")
+    fraction = ts.microsecond
+    spec = "microseconds" if fraction % 1000 else "milliseconds" if fraction else "seconds"
+    return ts.isoformat(timespec=spec)
 
 
 def norm(value: Any) -> Any:

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from sql_helpers import result, spark_runs
 
 import headwater as hw
 from headwater.model.combiners import CountDistinct
@@ -554,18 +555,22 @@ SPARK_CASES = [
 @pytest.mark.spark
 def test_spark_streaming_equals_local(spark, tmp_path):
     """The Spark fast path gives the local fast path's changelog and dead letters
-    (no key, a raw key with NULLs, a JSON key; three EMIT triggers)."""
+    (no key, a raw key with NULLs, a JSON key; three EMIT triggers). The Spark runs
+    go together (:func:`spark_runs`)."""
     from headwater.sql.execute.spark import SparkSqlQuery
 
+    locals_, queries = {}, {}
     for i, (name, emit, lateness) in enumerate(SPARK_CASES):
         path = tmp_path / f"bids-{i}.jsonl"
         write_timeline(path, seed=20 + i, lines=24)
         table = read_replay(path, "Bid", "bidtime", allowed_lateness=lateness)
         text = f"{({**QUERIES, **KEYED})[name][0]} {emit}"
-        local = hw.sql(text, {"Bid": table}).run()
-        query = SparkSqlQuery(text, {"Bid": table}, spark=spark)
-        assert isinstance(compile_sql(query.plan), AggregatePlan)
-        remote = query.run()
+        locals_[name] = hw.sql(text, {"Bid": table}).run()
+        queries[name] = SparkSqlQuery(text, {"Bid": table}, spark=spark)
+        assert isinstance(compile_sql(queries[name].plan), AggregatePlan)
+    runs = spark_runs(spark, {name: query.run for name, query in queries.items()})
+    for name, local in locals_.items():
+        remote = result(runs, name)
         columns = [*local.columns, "undo", "ptime", "ver"]
         assert len(local.changelog) > 0
         assert canon(remote.changes(), columns) == canon(local.changes(), columns), name

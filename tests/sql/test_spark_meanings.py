@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 import pytest
-from sql_helpers import assert_same_rows, rows
+from sql_helpers import assert_same_rows, norm, rows
 
 from headwater.sql import sql
 from headwater.sql.errors import SqlError
@@ -116,3 +116,42 @@ def test_on_spark_as_duckdb(spark, case):
     text, frame = CASES[case]
     actual = sql(text, {"t": spark.createDataFrame(frame)}, runner="spark").to_pandas()
     assert_same_rows(rows(actual), duckdbs(text, frame), ordered=False)
+
+
+#: ARRAY_AGG keeps NULLs and follows its ORDER BY (DuckDB's NULL order: last, unless
+#: NULLS FIRST); Spark's COLLECT_LIST drops both unless rewritten.
+LISTS = """SELECT g, ARRAY_AGG(s) AS all_s, ARRAY_AGG(DISTINCT s) AS kinds,
+    ARRAY_AGG(s ORDER BY n DESC) AS by_n, ARRAY_AGG(n ORDER BY s NULLS FIRST, n DESC) AS by_s,
+    ARRAY_AGG(d ORDER BY s DESC) AS by_s_desc, ARRAY_LENGTH(ARRAY_AGG(s)) AS c
+FROM t GROUP BY g"""
+#: The lists whose order no ORDER BY fixes: compared as multisets.
+UNORDERED = ("all_s", "kinds")
+
+
+def _lists(frame: pd.DataFrame) -> list[tuple]:
+    """Rows with each list a tuple of normalized items (sorted where unordered)."""
+    out = frame.copy()
+    for column in [c for c in out.columns if c in UNORDERED or c.startswith("by_")]:
+        cells = [cell.tolist() if hasattr(cell, "tolist") else cell for cell in out[column]]
+        items = [tuple(norm(v) for v in cell) for cell in cells]  # a masked item: None
+        if column in UNORDERED:
+            items = [tuple(sorted(cell, key=lambda v: (v is None, v))) for cell in items]
+        out[column] = pd.Series(items, index=out.index, dtype=object)
+    return rows(out)
+
+
+def test_array_agg_on_duckdb():
+    with duckdb.connect() as con:
+        con.register("t", ROWS)
+        expected = _lists(con.execute(LISTS).df())
+    assert any(None in row[1] for row in expected)  # a NULL kept
+    assert_same_rows(_lists(sql(LISTS, {"t": ROWS}).to_pandas()), expected, ordered=False)
+
+
+@pytest.mark.spark
+def test_array_agg_keeps_nulls_and_its_order_on_spark(spark):
+    with duckdb.connect() as con:
+        con.register("t", ROWS)
+        expected = _lists(con.execute(LISTS).df())
+    actual = sql(LISTS, {"t": spark.createDataFrame(ROWS)}, runner="spark").to_pandas()
+    assert_same_rows(_lists(actual), expected, ordered=False)

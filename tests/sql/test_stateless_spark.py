@@ -501,7 +501,7 @@ def test_a_discarding_sink_gets_every_change_without_ver(spark, tmp_path):
 def test_a_batch_is_one_statement_over_its_view(spark):
     """``batch_sql``: the rows on time of the batch's view (not late by the watermark
     and the allowed lateness, a NULL event time left out), the stream's columns by
-    their union names (timestamps from ms), the query over them by position, cast to
+    their union names (timestamps from µs), the query over them by position, cast to
     the sink's types, with ``undo``; names with backticks and blanks quoted."""
     from pyspark.sql.types import LongType, TimestampType
 
@@ -525,12 +525,14 @@ def test_a_batch_is_one_statement_over_its_view(spark):
         sql_types=tuple(sql_type(spark, t) for t in types),
     )
     schema = "__src long, __t0_0 long, __t0_1 int, ts long"
-    rows = [(0, 1_000, 5, 1_000), (0, 2_000, 6, 2_000), (0, 3_000, 7, None), (0, 4_000, 3, 4_000)]
+    # the union's times in µs (one with a µs fraction), the event time ``ts`` in ms
+    rows = [(0, 10**6, 5, 1_000), (0, 2_000_007, 6, 2_000), (0, 3 * 10**6, 7, None)]
+    rows.append((0, 4 * 10**6, 3, 4_000))
     spark.createDataFrame(rows, schema).createOrReplaceTempView(BATCH_VIEW)
     late = spark.sql(batch_sql(query, 1_500, changelog=True)).toPandas()  # 1,000 + 1 + 10 <= 1,500
     assert list(late.columns) == ["when", "p`x 2", "undo", "__hw_et"]
     assert late.to_dict("records") == [
-        {"when": pd.Timestamp(2_000, unit="ms"), "p`x 2": 12, "undo": False, "__hw_et": 2_000}
+        {"when": pd.Timestamp(2_000_007, unit="us"), "p`x 2": 12, "undo": False, "__hw_et": 2_000}
     ]
     edge = spark.sql(batch_sql(query, 1_010)).collect()  # 1,000 + 1 + 10 > 1,010: on time
     assert sorted(r["__hw_et"] for r in edge) == [1_000, 2_000]

@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from sql_helpers import assert_same_rows, multiset, rows
+from sql_helpers import assert_same_rows, multiset, result, rows, spark_runs
 
 import headwater as hw
 from headwater.io.arrival import in_arrival_order
@@ -103,11 +103,9 @@ def test_spark_equals_duckdbs_own_functions(spark):
 
 
 def streamed(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` as a stream's rows reach a query that is not a windowed aggregate:
-    a row without event time is a dead letter, and times are in milliseconds
-    (docs/sql.md, "What SQL is supported")."""
-    frame = frame.dropna(subset=["a"])
-    return frame.assign(a=frame["a"].dt.floor("ms"), b=frame["b"].dt.floor("ms"))
+    """``frame`` as a stream's rows reach a query: a row without event time is a
+    dead letter (times keep their microseconds)."""
+    return frame.dropna(subset=["a"])
 
 
 def test_a_stream_on_the_local_runner_equals_them():
@@ -151,13 +149,27 @@ def _changes(spark, text: str, table: Table, checkpoint) -> pd.DataFrame:
     return log
 
 
+@pytest.fixture(scope="module")
+def spark_streams(spark, tmp_path_factory):
+    """The module's queries over one Parquet stream of :func:`times`, each started
+    ``availableNow``, run together (:func:`spark_runs`): name -> (its changelog, its
+    checkpoint folder)."""
+    root = tmp_path_factory.mktemp("time-units")
+    table = _parquet_stream(spark, root / "in", times())
+    texts = {"diffs": QUERY, "epochs": EPOCHS, "windowed": WINDOWED, "fields": FIELDS}
+
+    def job(name: str):
+        return lambda: (_changes(spark, texts[name], table, root / name), root / name)
+
+    return spark_runs(spark, {name: job(name) for name in texts}), table
+
+
 @pytest.mark.spark
-def test_a_stream_on_sparks_stateless_path_equals_them(spark, tmp_path):
-    frame = times()
-    log = _changes(spark, QUERY, _parquet_stream(spark, tmp_path / "in", frame), tmp_path / "cp")
-    assert (tmp_path / "cp" / "headwater-stateless").is_dir()  # the stateless path ran it
-    assert not log.pop("undo").any()
-    assert_same_rows(rows(log), expected(streamed(frame)), ordered=False)
+def test_a_stream_on_sparks_stateless_path_equals_them(spark_streams):
+    log, checkpoint = result(spark_streams[0], "diffs")
+    assert (checkpoint / "headwater-stateless").is_dir()  # the stateless path ran it
+    assert not log["undo"].any()
+    assert_same_rows(rows(log.drop(columns="undo")), expected(streamed(times())), ordered=False)
 
 
 @pytest.mark.parametrize(
@@ -218,13 +230,13 @@ def test_epoch_of_an_interval_and_of_a_time_on_spark(spark):
 
 
 @pytest.mark.spark
-def test_epoch_on_a_spark_stream_and_an_interval_result_refused_at_its_item(spark, tmp_path):
-    frame = times()
-    table = _parquet_stream(spark, tmp_path / "in", frame)
-    log = _changes(spark, EPOCHS, table, tmp_path / "cp")
-    assert (tmp_path / "cp" / "headwater-stateless").is_dir()
-    assert not log.pop("undo").any()
-    assert_same_rows(rows(log), epochs_expected(streamed(frame)), ordered=False)
+def test_epoch_on_a_spark_stream_and_an_interval_result_refused_at_its_item(
+    spark, spark_streams, tmp_path
+):
+    (log, checkpoint), table = result(spark_streams[0], "epochs"), spark_streams[1]
+    assert (checkpoint / "headwater-stateless").is_dir()
+    assert not log["undo"].any()
+    assert_same_rows(rows(log.drop(columns="undo")), epochs_expected(streamed(times())), False)
     query = SparkSqlQuery("SELECT n,\n  b - a AS lasted FROM t", {"t": table}, spark=spark)
     with pytest.raises(SqlError, match="result column 'lasted' is an INTERVAL") as caught:
         query.start(checkpoint_location=str(tmp_path / "cp2"), sink=lambda df, i: None)
@@ -241,11 +253,12 @@ GROUP BY window_start, window_end"""
 
 
 @pytest.mark.spark
-def test_a_windowed_aggregate_of_them_on_spark_equals_the_bounded_query(spark, tmp_path):
+def test_a_windowed_aggregate_of_them_on_spark_equals_the_bounded_query(spark_streams):
     """The windowed fast path writes its arguments and WHERE in Spark's SQL itself
     (over the stream's own columns: microseconds kept)."""
     frame = times()
-    log = _changes(spark, WINDOWED, _parquet_stream(spark, tmp_path / "in", frame), tmp_path / "cp")
+    log, checkpoint = result(spark_streams[0], "windowed")
+    assert not (checkpoint / "headwater-stateless").exists()
     final = multiset(rows(log[~log["undo"]].drop(columns="undo")))
     final -= multiset(rows(log[log["undo"]].drop(columns="undo")))
     expected = rows(sql(WINDOWED, {"t": frame.dropna(subset=["a"])}).to_pandas())
@@ -280,10 +293,10 @@ def test_fields_of_times_on_duckdb_as_duckdb_reads_them():
 
 
 @pytest.mark.spark
-def test_fields_of_times_on_spark_bounded_and_streamed_as_duckdb_reads_them(spark, tmp_path):
+def test_fields_of_times_on_spark_bounded_and_streamed_as_duckdb_reads_them(spark, spark_streams):
     frame = times()
     bounded = sql(FIELDS, {"t": spark.createDataFrame(frame)}, runner="spark").to_pandas()
     assert_same_rows(rows(bounded), fields_expected(frame), ordered=False)
-    log = _changes(spark, FIELDS, _parquet_stream(spark, tmp_path / "in", frame), tmp_path / "cp")
-    assert not log.pop("undo").any()
-    assert_same_rows(rows(log), fields_expected(streamed(frame)), ordered=False)
+    log, _ = result(spark_streams[0], "fields")
+    assert not log["undo"].any()
+    assert_same_rows(rows(log.drop(columns="undo")), fields_expected(streamed(frame)), False)

@@ -33,8 +33,8 @@ import pandas as pd
 import pyarrow as pa
 
 MODES = ("upsert", "changelog")
-#: The JSON timestamp form on both writers (UTC, milliseconds).
-TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
+#: The JSON timestamp form on both writers (UTC, microseconds: a TIMESTAMP's own).
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 
 class KafkaSink:
@@ -177,13 +177,13 @@ def first_of(order: Sequence[str]) -> str:
 
 
 def _json_lines(frame: pd.DataFrame) -> pd.Series:
-    """One JSON object per row (pandas' C writer; timestamps as ISO UTC, ms)."""
+    """One JSON object per row (pandas' C writer; timestamps as ISO UTC, µs)."""
     frame = frame.copy()
     for c in frame.columns:
         col = frame[c]
         if pd.api.types.is_datetime64_any_dtype(col):
             utc = col.dt.tz_convert("UTC") if col.dt.tz is not None else col
-            text = utc.dt.strftime("%Y-%m-%dT%H:%M:%S.%f").str[:-3] + "Z"
+            text = utc.dt.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
             frame[c] = text.where(col.notna(), None)
     if not len(frame):
         return pd.Series([], dtype=object)

@@ -76,6 +76,7 @@ from headwater.sql.maintain.aggregate import AggregateMaintainer, Call
 from headwater.sql.plan.catalog import PTIME, Table, event_millis
 from headwater.sql.plan.fast_path import AGGREGATES, Shape, analyze_shape, bare
 from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.stamps import micros_array, stamp_micros
 from headwater.sql.plan.translate import engine_expression
 
 #: Columns of the pre-projected rows (the model's input).
@@ -87,21 +88,21 @@ ROW = "__row"
 
 def carried(sql: AggregatePlan) -> dict[str, str]:
     """The columns a live Spark stream's rows carry to the dead letters
-    (``__r<i>``, timestamps as epoch ms) -> the stream's column."""
+    (``__r<i>``, timestamps as epoch µs) -> the stream's column."""
     return {f"__r{i}": f.name for i, f in enumerate(sql.schema)}
 
 
 def stream_schema(table: Table) -> pa.Schema:
     """The Arrow types a stream's rows have in the queries of both paths (the
-    general path's: timestamps in ms, see :meth:`Table.arrow_types`)."""
+    general path's: timestamps in µs, see :mod:`headwater.sql.plan.stamps`)."""
     return pa.schema([pa.field(c, t) for c, t in table.arrow_types().items()])
 
 
 def _key_kind(t: pa.DataType) -> str | None:
-    """How a GROUP BY column travels in the key: its own value, epoch ms, or None
+    """How a GROUP BY column travels in the key: its own value, epoch µs, or None
     (a type the fast path does not key by)."""
     if pa.types.is_timestamp(t):
-        return "ms"
+        return "micros"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t):
         return "value"
     if pa.types.is_integer(t) or pa.types.is_floating(t):
@@ -234,7 +235,7 @@ def _aggregate_calls(shape: Shape, schema: pa.Schema):
     by (kind, column), and each aggregate's SQL -> the names of its calls."""
     where = shape.where
     args: dict[str, exp.Expression] = {}  # arg column -> expression
-    stamps: set[str] = set()  # arg columns of a timestamp type (carried as epoch ms)
+    stamps: set[str] = set()  # arg columns of a timestamp type (carried as epoch µs)
     arg_of: dict[str, str] = {}  # expression SQL -> arg column
     calls: dict[tuple, Call] = {}
     replacement: dict[str, tuple[str, ...]] = {}  # aggregate SQL -> its calls
@@ -289,17 +290,17 @@ def _aggregate_calls(shape: Shape, schema: pa.Schema):
 
 def _pre_projection(shape: Shape, types, args, stamps: set[str]) -> Projection:
     """Each engine's expressions of the key, the WHERE flag and the aggregates'
-    arguments (NULL where a row fails WHERE; timestamps as epoch ms)."""
+    arguments (NULL where a row fails WHERE; timestamps as epoch µs)."""
     where = shape.where
-    millis = {"duckdb": "epoch_ms(CAST({} AS TIMESTAMP))", "spark": "unix_millis({})"}
+    micros = {"duckdb": "epoch_us(CAST({} AS TIMESTAMP))", "spark": "unix_micros({})"}
     key: dict[str, str] = {}
     arg_sql: dict[str, dict[str, str]] = {}
     for engine in ("duckdb", "spark"):
         parts = []
         for column in shape.group:
             ref = exp.column(column, quoted=True).sql(dialect=engine)
-            if _key_kind(types[column.lower()]) == "ms":
-                ref = millis[engine].format(ref)
+            if _key_kind(types[column.lower()]) == "micros":
+                ref = micros[engine].format(ref)
             parts.append(ref)
         if not parts:
             key[engine] = ""
@@ -316,7 +317,7 @@ def _pre_projection(shape: Shape, types, args, stamps: set[str]) -> Projection:
             text = engine_expression(node, engine)
             if where is not None:
                 text = f"CASE WHEN {engine_expression(where, engine)} THEN {text} END"
-            out[name] = millis[engine].format(text) if name in stamps else text
+            out[name] = micros[engine].format(text) if name in stamps else text
         arg_sql[engine] = out
     keep = {
         e: f"CASE WHEN {engine_expression(where, e)} THEN 1 END" if where is not None else ""
@@ -337,7 +338,7 @@ def local_rows(sql: AggregatePlan) -> pd.DataFrame:
     for f in sql.schema:
         values = frame[f.name]
         if pa.types.is_timestamp(f.type):
-            array = pa.array(pd.to_datetime(values), f.type, from_pandas=True)
+            array = micros_array(stamp_micros(values), f.type)
         else:
             array = pa.Array.from_pandas(values)
             if array.type != f.type:

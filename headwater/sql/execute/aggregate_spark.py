@@ -48,6 +48,7 @@ from headwater.sql.execute.local import SqlRun, steps_of
 from headwater.sql.execute.permissive import CARRIED, event_time_sql, letter_columns
 from headwater.sql.execute.spark_collect import collect_to_end
 from headwater.sql.plan.catalog import PTIME, event_millis
+from headwater.sql.plan.stamps import stamp_micros
 
 #: Columns of the replay source that the pre-projection passes through.
 _REPLAY_COLUMNS = ("kind", "proc_ms", "watermark_ms")
@@ -67,32 +68,23 @@ def _spark_type(t: pa.DataType) -> str:
     return "string"
 
 
-#: The column of the runner's dead letters that holds each dropped row's event time.
-EVENT_TIME_LETTER = "event_time"
-
-
 def carried_sources(sql: AggregatePlan) -> dict[str, str]:
     """Each column a live stream's dead letters carry
     (:func:`~headwater.sql.execute.aggregate_local.carried`) -> the column of the
     runner's dead letters that holds it: the projection's own column where it ships
-    the stream's column unchanged (an aggregate's argument; the event time, which
-    every dead letter has as :data:`EVENT_TIME_LETTER`), so that a row's values
-    cross the shuffle once; its own ``__r<i>`` for the others. The one GROUP BY
+    the stream's column unchanged (an aggregate's argument), so that a row's values
+    cross the shuffle once; its own ``__r<i>`` for the others, a timestamp always
+    (in µs: the event time's letter column is the model's ms). The one GROUP BY
     column that the shard key carries as it is comes from the key (``KEY``)."""
-    table = sql.shape.stream
     # An argument that is the column itself, written bare or quoted.
     shipped = {expr.strip("`"): name for name, expr in sql.projection.args["spark"].items()}
     keyed = key_column(sql)
     if keyed is not None:
         shipped[keyed] = KEY
-    sources = {}
-    for name, f in zip(carried(sql), sql.schema, strict=True):
-        if pa.types.is_timestamp(f.type):
-            same = f.name == table.event_time and not table.permissive
-            sources[name] = EVENT_TIME_LETTER if same else name
-        else:
-            sources[name] = shipped.get(f.name, name)
-    return sources
+    return {
+        name: name if pa.types.is_timestamp(f.type) else shipped.get(f.name, name)
+        for name, f in zip(carried(sql), sql.schema, strict=True)
+    }
 
 
 def key_column(sql: AggregatePlan) -> str | None:
@@ -131,7 +123,7 @@ def project(sql: AggregatePlan, df, *, passthrough: tuple[str, ...] = (), carry:
                 continue
             value = f"`{f.name}`"
             if pa.types.is_timestamp(f.type):
-                value = f"unix_millis(CAST({value} AS TIMESTAMP))"
+                value = f"unix_micros(CAST({value} AS TIMESTAMP))"
             items.append(f"{value} AS {name}")
     return df.selectExpr(*items)
 
@@ -176,7 +168,7 @@ def compile_stream(
 
 def write_stream_timeline(sql: AggregatePlan, path: str, as_of: int | None) -> dict[str, str]:
     """The stream's replay as a timeline of its own rows (columns ``__c<i>``,
-    timestamps as epoch ms): a step per processing time, each firing the
+    timestamps as epoch µs): a step per processing time, each firing the
     timers due then. Returns the timeline's value columns and their types."""
     table = sql.shape.stream
     frame = table.frame
@@ -184,8 +176,7 @@ def write_stream_timeline(sql: AggregatePlan, path: str, as_of: int | None) -> d
     values = {}
     for name, f in zip(columns, sql.schema, strict=True):
         if pa.types.is_timestamp(f.type):
-            ms = event_millis(frame[f.name])
-            values[name] = pd.Series(ms, dtype=object).where(~np.isnan(ms), None)
+            values[name] = pd.Series(stamp_micros(frame[f.name]), dtype=object)
         else:
             values[name] = frame[f.name].astype(object).where(frame[f.name].notna(), None)
     rows = pd.DataFrame(values)
@@ -217,7 +208,7 @@ def replay_frame(spark, sql: AggregatePlan, path: str):
     items = [*_REPLAY_COLUMNS, ROW]
     for i, f in enumerate(sql.schema):
         if pa.types.is_timestamp(f.type):
-            items.append(f"timestamp_millis(`__c{i}`) AS `{f.name}`")
+            items.append(f"timestamp_micros(`__c{i}`) AS `{f.name}`")
         else:
             items.append(f"`__c{i}` AS `{f.name}`")
     return stream.selectExpr(*items)
@@ -308,7 +299,7 @@ def dead_letter_frame(sql: AggregatePlan, out):
         for name, f in zip(columns, sql.schema, strict=True):
             value = F.col(columns[name])
             items.append(
-                (F.timestamp_millis(value) if pa.types.is_timestamp(f.type) else value).alias(
+                (F.timestamp_micros(value) if pa.types.is_timestamp(f.type) else value).alias(
                     f.name
                 )
             )
@@ -338,7 +329,7 @@ def _partial_columns(sql: AggregatePlan) -> list:
     else:
         values = []
     for name, value, t in zip(group, values, types, strict=True):
-        items.append((F.timestamp_millis(value) if pa.types.is_timestamp(t) else value).alias(name))
+        items.append((F.timestamp_micros(value) if pa.types.is_timestamp(t) else value).alias(name))
     et = table.event_time
     if et not in group:
         is_time = pa.types.is_timestamp(sql.schema.field(et).type)
@@ -348,10 +339,8 @@ def _partial_columns(sql: AggregatePlan) -> list:
 
 
 def _carried_columns(sql: AggregatePlan) -> tuple[str, ...]:
-    """The packet columns the dead letters carry (the event time and the key are every
-    letter's own)."""
-    sources = carried_sources(sql).values()
-    return tuple(dict.fromkeys(s for s in sources if s not in (EVENT_TIME_LETTER, KEY)))
+    """The packet columns the dead letters carry (the key is every letter's own)."""
+    return tuple(dict.fromkeys(s for s in carried_sources(sql).values() if s != KEY))
 
 
 def live_output(

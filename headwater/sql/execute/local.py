@@ -63,6 +63,7 @@ from headwater.sql.plan.functions import function_error, register_duckdb
 from headwater.sql.plan.keys import KeyKind
 from headwater.sql.plan.names import check_names, known_columns
 from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.stamps import micros_as_stamps, stamp_micros
 from headwater.sql.plan.stateless import why_not as stateless_why_not
 from headwater.sql.plan.top_rows import first_rows
 from headwater.sql.plan.translate import to_engine_sql
@@ -318,7 +319,7 @@ def bounded_frames(plan: QueryPlan) -> tuple[dict[str, pd.DataFrame], pd.DataFra
     times = event_times(plan)
     frames, letters = {}, []
     for table in (*plan.streams, *plan.tables):
-        frame = table.frame.drop(columns=[PTIME], errors="ignore")
+        frame = table.local_frame()
         column = times.get(table.name.lower())
         if column is not None and column in frame.columns:
             null = frame[column].isna().to_numpy()
@@ -475,7 +476,7 @@ def union_rows(sql: SqlPlan) -> pd.DataFrame:
         for column, union in zip(layout.columns, layout.union, strict=True):
             values = frame[column]
             stamp = column in layout.timestamps
-            part[union] = event_millis(values) if stamp else exact_numpy(values)
+            part[union] = stamp_micros(values) if stamp else exact_numpy(values)
             if several and part[union].dtype.kind in "iub":
                 part[union] = part[union].astype(object)
         part[EVENT_TIME] = event_millis(frame[table.event_time])
@@ -737,7 +738,7 @@ def dead_letters(rows: pd.DataFrame, reason, sql: SqlPlan) -> pd.DataFrame:
         for column, union in zip(layout.columns, layout.union, strict=True):
             values = mine[union].to_numpy()
             if column in layout.timestamps:
-                values = pd.to_datetime(pd.Series(values, dtype="float64"), unit="ms").to_numpy()
+                values = micros_as_stamps(values)
             elif given is not None:
                 values = _as_given(values, given[column].dtype)
             frame[column] = values

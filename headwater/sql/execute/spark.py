@@ -181,8 +181,7 @@ class SparkSqlQuery(SqlQuery):
         for table in (*self.plan.streams, *self.plan.tables):
             frame = table.spark
             if frame is None:
-                local = table.frame.drop(columns=[PTIME_COLUMN], errors="ignore")
-                frame = self.spark.createDataFrame(local)
+                frame = self.spark.createDataFrame(table.local_frame())
             column = times.get(table.name.lower())
             yield table, frame, column if column in frame.columns else None
 
@@ -234,6 +233,7 @@ class SparkSqlQuery(SqlQuery):
         stream asks for them, recompute from the archive as on the local runner).
         A query in stages runs stage 1 so, and stage 2 over its changelog, which
         the replay collects to the driver (docs/sql.md, "Stages")."""
+        check_spark_results(self.plan)
         if self.plan.stages:
             return run_stages(self.plan, self._replay(self.plan.first_stage, as_of))
         return self._replay(self.plan, as_of)
@@ -281,7 +281,7 @@ class SparkSqlQuery(SqlQuery):
     def _union(self, sql: SqlPlan, plan: QueryPlan | None = None):
         """The query's Spark streams as one stream in the union layout: the source
         index, every stream's columns (null in the others' rows; timestamps as
-        epoch ms), the group key (``plan``'s: this query's, or its stage 1's) and
+        epoch µs), the group key (``plan``'s: this query's, or its stage 1's) and
         the event time (ms)."""
         from pyspark.sql import functions as F
 
@@ -583,7 +583,7 @@ def _key_text(F, df, column: str):
 
 
 def _union_column(F, df, column: str, union: str, arrow, own: bool):
-    """One union column of a stream's rows: its own value (timestamps as ms), or a
+    """One union column of a stream's rows: its own value (timestamps as µs), or a
     typed null for another stream's column."""
     from pyspark.sql.pandas.types import from_arrow_type
 
@@ -592,7 +592,7 @@ def _union_column(F, df, column: str, union: str, arrow, own: bool):
         return F.lit(None).cast(spark_type).alias(union)
     value = F.col(column)
     if pa.types.is_timestamp(arrow):
-        value = F.unix_millis(value.cast("timestamp"))
+        value = F.unix_micros(value.cast("timestamp"))
     return value.cast(spark_type).alias(union)
 
 

@@ -264,7 +264,7 @@ def batch_sql(
     sum, not a bare cast, which Spark's optimizer would turn back into an integer
     comparison; ``ptime`` is added to the collected changes (:func:`with_ptime`)."""
     view = [
-        (f"timestamp_millis({quoted(u)})" if stamp else quoted(u)) + f" AS {quoted(c)}"
+        (f"timestamp_micros({quoted(u)})" if stamp else quoted(u)) + f" AS {quoted(c)}"
         for c, u, stamp in query.view
     ]
     on_time = "ts IS NOT NULL"

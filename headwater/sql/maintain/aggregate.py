@@ -36,6 +36,7 @@ from headwater.sql.maintain.changelog import GROUP_COLUMNS
 from headwater.sql.maintain.groups import logical_type, sql_typed
 from headwater.sql.plan.fast_path import Shape, bare
 from headwater.sql.plan.planner import QueryPlan
+from headwater.sql.plan.stamps import STAMP
 from headwater.sql.plan.translate import GROUP_RELATION, to_engine_sql
 
 #: The relation a step's panes are registered as in the projection query.
@@ -59,7 +60,7 @@ class Call:
     name: str
     kind: str  # sum | count | count_star | count_distinct | min | max
     arg: str | None
-    timestamp: bool = False  # min/max of a timestamp, carried as epoch ms
+    timestamp: bool = False  # min/max of a timestamp, carried as epoch µs
 
     def combiner(self) -> CombineFn:
         return {
@@ -209,7 +210,7 @@ class AggregateMaintainer:
         for c in self.calls:
             values = pa.Array.from_pandas(panes[c.name].reset_index(drop=True))
             if c.timestamp and c.kind in ("min", "max"):
-                values = pc.cast(values, pa.int64()).cast(pa.timestamp("ms"))
+                values = pc.cast(values, pa.int64()).cast(STAMP)
             columns[c.name] = values
         return pa.table(columns)
 

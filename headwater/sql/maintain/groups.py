@@ -34,6 +34,7 @@ from headwater.sql.maintain.append import append_why_not
 from headwater.sql.maintain.batch import GID, BatchQuery, plan_batch
 from headwater.sql.maintain.changelog import GROUP_COLUMNS, Materializer, RowCounts
 from headwater.sql.plan.functions import ScalarFunction, function_error, register_duckdb
+from headwater.sql.plan.stamps import micros_array
 from headwater.sql.plan.translate import GROUP_RELATION
 
 #: Union input columns every stream row carries besides its own.
@@ -50,7 +51,8 @@ ONE_GROUP = ("0", MIN_TIMESTAMP, GLOBAL_WINDOW_END)
 @dataclass(frozen=True)
 class StreamLayout:
     """Where one stream's columns sit in the union input: ``union[i]`` holds
-    ``columns[i]``; ``timestamps`` are carried as epoch ms."""
+    ``columns[i]``; ``timestamps`` are carried as epoch µs
+    (:mod:`headwater.sql.plan.stamps`)."""
 
     name: str
     columns: tuple[str, ...]
@@ -103,19 +105,6 @@ def _column(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
             pass
     return pa.array(pd.Series(values, dtype=object), type=arrow_type, from_pandas=True)
-
-
-def _timestamps(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-    """Epoch ms (floats, NaN as NULL) as a timestamp column: whole ms straight from
-    numpy, fractions through pandas (which keeps them)."""
-    ms = np.asarray(values, dtype=np.float64)
-    missing = np.isnan(ms)
-    whole = np.where(missing, 0, ms)
-    if np.array_equal(whole, np.round(whole)) and np.abs(whole).max(initial=0) < 2**62:
-        stamps = pa.array(whole.astype(np.int64), pa.int64(), mask=missing)
-        return stamps.cast(pa.timestamp("ms")).cast(arrow_type)
-    series = pd.to_datetime(pd.Series(ms), unit="ms")
-    return pa.array(series, type=arrow_type, from_pandas=True)
 
 
 #: DuckDB's wider types of SQL results, as SQL types them: a SUM of integers is
@@ -421,7 +410,7 @@ class GroupMaintainer:
         for column, union, arrow_type in columns:
             values_of = values[union][mask] if values else np.zeros(0, dtype=object)
             if column in layout.timestamps:
-                arrays.append(_timestamps(values_of, arrow_type))
+                arrays.append(micros_array(values_of, arrow_type))
             else:
                 arrays.append(_column(values_of, arrow_type))
         return pa.Table.from_arrays(arrays, names=list(layout.columns))

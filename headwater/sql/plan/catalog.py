@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from headwater.model.watermarks import WatermarkStrategy
 from headwater.sql.errors import SqlError
+from headwater.sql.plan.stamps import STAMP, in_micros
 
 #: Column of a replayed table's rows: their processing time (epoch ms).
 PTIME = "__ptime"
@@ -78,14 +79,15 @@ class Table:
         return self.is_replay or bool(getattr(self.spark, "isStreaming", False))
 
     def arrow_types(self) -> dict[str, pa.DataType]:
-        """Each column's Arrow type as a group's rows carry it (timestamps in ms)."""
+        """Each column's Arrow type as a group's rows carry it (timestamps in µs, as
+        a bounded query reads them: :mod:`headwater.sql.plan.stamps`)."""
         if self.frame is not None:
             return {c: _arrow_type(self.frame[c]) for c in self.columns}
         from pyspark.sql import types as T
         from pyspark.sql.pandas.types import to_arrow_type
 
         return {
-            f.name: pa.timestamp("ms")
+            f.name: STAMP
             if isinstance(f.dataType, T.TimestampType | T.TimestampNTZType)
             else to_arrow_type(f.dataType)
             for f in self.spark.schema.fields
@@ -110,9 +112,10 @@ class Table:
             )
 
     def local_frame(self) -> pd.DataFrame:
-        """The rows of a bounded table in this process (a Spark table is collected)."""
+        """The rows of a bounded table in this process (a Spark table is collected),
+        timestamps to the microsecond as every path reads them (:func:`in_micros`)."""
         if self.frame is not None:
-            return self.frame.drop(columns=[PTIME], errors="ignore")
+            return in_micros(self.frame.drop(columns=[PTIME], errors="ignore"))
         return self.spark.toPandas()
 
     @property
@@ -157,7 +160,7 @@ class Catalog:
 
 def _arrow_type(column: pd.Series) -> pa.DataType:
     if pd.api.types.is_datetime64_any_dtype(column):
-        return pa.timestamp("ms")
+        return STAMP
     return pa.Array.from_pandas(column.iloc[:1000]).type
 
 

@@ -386,6 +386,45 @@ def _text_edges(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def _key_order(i: int, ordered: exp.Ordered, then: str) -> str:
+    """A comparator's test of sort key ``k<i>`` of structs ``l`` and ``r`` (-1, 1, or
+    ``then`` on a tie), with the key's direction and NULL order."""
+    key = f"k{i}"
+    first = "-1" if ordered.args.get("nulls_first") else "1"
+    last = "1" if first == "-1" else "-1"
+    less = "1" if ordered.args.get("desc") else "-1"
+    more = "-1" if less == "1" else "1"
+    return (
+        f"CASE WHEN l.{key} IS NOT DISTINCT FROM r.{key} THEN {then} "
+        f"WHEN l.{key} IS NULL THEN {first} WHEN r.{key} IS NULL THEN {last} "
+        f"WHEN l.{key} < r.{key} THEN {less} ELSE {more} END"
+    )
+
+
+def _array_agg(node: exp.Expression) -> exp.Expression:
+    """DuckDB's ``ARRAY_AGG`` keeps NULLs and follows its ``ORDER BY``; Spark's
+    ``COLLECT_LIST`` (which sqlglot writes) drops both. So collect structs (the
+    struct of a NULL is kept), sort them by the keys as DuckDB orders them, and
+    take their values."""
+    if not isinstance(node, exp.ArrayAgg):
+        return node
+    value, order = node.this, []
+    if isinstance(value, exp.Order):
+        value, order = value.this, value.expressions
+    collect = "COLLECT_LIST"
+    if isinstance(value, exp.Distinct):
+        value, collect = value.expressions[0], "COLLECT_SET"
+    keys = {f"k{i}": o.this for i, o in enumerate(order)}
+    fields = ", ".join([":x AS v", *(f":{k} AS {k}" for k in keys)])
+    collected = f"{collect}(STRUCT({fields}))"
+    if order:
+        test = "0"
+        for i in reversed(range(len(order))):
+            test = _key_order(i, order[i], test)
+        collected = f"ARRAY_SORT({collected}, (l, r) -> {test})"
+    return filled(_spark(f"TRANSFORM({collected}, s -> s.v)"), x=value, **keys)
+
+
 #: DuckDB's functions that Spark has under another name.
 SPARK_NAMES = {"KURTOSIS_POP": "KURTOSIS", "QUANTILE_CONT": "PERCENTILE"}
 
@@ -405,6 +444,7 @@ SPARK_REWRITES = (
     _percentile,
     _arg_extreme,
     _text_edges,
+    _array_agg,
     _renamed,
 )
 
