@@ -46,8 +46,14 @@ QUERIES = {
 }
 
 
+def _arrival(times: pd.Series) -> pd.Series:
+    """Rows arrive in a few steps (each a micro-batch on Spark), in event-time order."""
+    return times.dt.ceil("20s")
+
+
 def _stream(rows_: pd.DataFrame, **options):
-    return hw.from_pandas(rows_, event_time="ts", arrival_time="ts", **options)
+    arrived = rows_.assign(arrival=_arrival(rows_["ts"]))
+    return hw.from_pandas(arrived, event_time="ts", arrival_time="arrival", **options)
 
 
 def _final(query) -> list[tuple]:
@@ -90,7 +96,7 @@ def _late() -> pd.DataFrame:
     """The rows, and one more that arrives a minute after its event time."""
     data = frame()
     late = data.iloc[[5]].assign(v=99, t2=BASE + pd.Timedelta(microseconds=123_456))
-    arrival = data["ts"]
+    arrival = _arrival(data["ts"])
     return pd.concat([data, late], ignore_index=True), pd.concat(
         [arrival, late["ts"] + pd.Timedelta(minutes=1)], ignore_index=True
     )
