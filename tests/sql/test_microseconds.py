@@ -92,8 +92,9 @@ def test_spark_equals_the_bounded_query(spark, name: str) -> None:
     assert_same_rows(_final(sql(QUERIES[name], {"t": stream}, runner="spark")), bounded, False)
 
 
-def _late() -> pd.DataFrame:
-    """The rows, and one more that arrives a minute after its event time."""
+def _late() -> tuple[pd.DataFrame, pd.Series]:
+    """The rows, and one more that arrives a minute after its event time; their
+    arrival times."""
     data = frame()
     late = data.iloc[[5]].assign(v=99, t2=BASE + pd.Timedelta(microseconds=123_456))
     arrival = _arrival(data["ts"])

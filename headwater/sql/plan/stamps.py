@@ -55,8 +55,6 @@ def in_micros(frame: pd.DataFrame) -> pd.DataFrame:
     finer = {}
     for column in frame.columns:
         values = frame[column]
-        if values.dtype.kind == "M" or isinstance(values.dtype, pd.DatetimeTZDtype):
-            nanos = values.dt.nanosecond.to_numpy()
-            if nanos.any():
-                finer[column] = values.dt.floor("us")
+        if pd.api.types.is_datetime64_any_dtype(values) and values.dt.nanosecond.any():
+            finer[column] = values.dt.floor("us")
     return frame.assign(**finer) if finer else frame

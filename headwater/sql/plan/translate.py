@@ -390,14 +390,12 @@ def _key_order(i: int, ordered: exp.Ordered, then: str) -> str:
     """A comparator's test of sort key ``k<i>`` of structs ``l`` and ``r`` (-1, 1, or
     ``then`` on a tie), with the key's direction and NULL order."""
     key = f"k{i}"
-    first = "-1" if ordered.args.get("nulls_first") else "1"
-    last = "1" if first == "-1" else "-1"
-    less = "1" if ordered.args.get("desc") else "-1"
-    more = "-1" if less == "1" else "1"
+    null = -1 if ordered.args.get("nulls_first") else 1  # l NULL: before or after r
+    less = 1 if ordered.args.get("desc") else -1  # l < r: before or after r
     return (
         f"CASE WHEN l.{key} IS NOT DISTINCT FROM r.{key} THEN {then} "
-        f"WHEN l.{key} IS NULL THEN {first} WHEN r.{key} IS NULL THEN {last} "
-        f"WHEN l.{key} < r.{key} THEN {less} ELSE {more} END"
+        f"WHEN l.{key} IS NULL THEN {null} WHEN r.{key} IS NULL THEN {-null} "
+        f"WHEN l.{key} < r.{key} THEN {less} ELSE {-less} END"
     )
 
 
